@@ -1,0 +1,1 @@
+"""Triton kernels of FlashAttention-2: forward, backward and the small pieces they are built from."""

@@ -1,0 +1,84 @@
+"""Helpers shared by the forward and backward kernels: interpreter detection, tile loads, matmuls."""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# Triton picks the interpreter when a kernel is decorated, so this is read once, at import.
+INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+# Tests set this so that every output starts as NaN: an element a kernel never writes then fails.
+POISON_OUTPUTS: bool = os.environ.get("FLASHATTN2_POISON_OUTPUTS", "0") == "1"
+
+
+def empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Allocate a kernel output (NaN-filled when POISON_OUTPUTS is on)."""
+    if POISON_OUTPUTS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def padded_head_dim(head_dim: int) -> int:
+    """Tiles span a power of two >= 16 columns (tl.dot needs K >= 16); extra columns are masked."""
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def mma(a, b, acc, INTERPRET: tl.constexpr):
+    """acc + a @ b with fp32 accumulation (acc may be None: a @ b).
+
+    The interpreter computes a bf16 dot wrongly, so under it the operands are widened to fp32 after
+    they were rounded to the input dtype, which keeps the GPU's rounding points.
+    """
+    if INTERPRET:
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        out = tl.dot(a, b, acc)
+    return out
+
+
+@triton.jit
+def round_to(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
+    """Round fp32 x to dtype to nearest-even, as the GPU does.
+
+    The interpreter truncates fp32 -> bf16, which biases every rounded P, dS and output, so under it
+    the rounding is done on the bits.
+    """
+    if INTERPRET and dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = bits + 0x7FFF + ((bits >> 16) & 1)
+        y = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        y = x.to(dtype)
+    return y
+
+
+@triton.jit
+def load_rows(ptrs, rows, n_rows, cols, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+              CHECK_ROWS: tl.constexpr):
+    """Load a (rows, BLOCK_D) tile; bounds are checked only where a constexpr says they can be crossed."""
+    if CHECK_ROWS:
+        mask = rows[:, None] < n_rows
+        if HEAD_DIM != BLOCK_D:
+            mask = mask & (cols[None, :] < HEAD_DIM)
+        x = tl.load(ptrs, mask=mask, other=0.0)
+    elif HEAD_DIM != BLOCK_D:
+        x = tl.load(ptrs, mask=cols[None, :] < HEAD_DIM, other=0.0)
+    else:
+        x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
+def store_rows(ptrs, x, rows, n_rows, cols, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Store a (rows, BLOCK_D) tile, dropping padded rows and padded head-dim columns."""
+    mask = rows[:, None] < n_rows
+    if HEAD_DIM != BLOCK_D:
+        mask = mask & (cols[None, :] < HEAD_DIM)
+    tl.store(ptrs, x, mask=mask)

@@ -1,0 +1,34 @@
+"""Online softmax steps (FlashAttention-2, section 3.1.1), in log2 units so that exp2 does the work."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def online_softmax_update(qk, m_i, l_i, qk_scale, MASKED: tl.constexpr):
+    """Fold one tile of raw scores qk (BLOCK_M, BLOCK_N; -inf where masked) into the running max m_i
+    and sum l_i, both in log2 units.
+
+    Returns the tile's unnormalised probabilities p, the factor alpha that rescales what was
+    accumulated so far (it moves only when the running max moved), and the new m_i and l_i.
+    """
+    # the scale is positive, so it commutes with max and folds into one multiply-add per score
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    if MASKED:
+        # a row that has seen no key yet keeps m = -inf: shift it by 0 so that exp2 gives 0, not NaN
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_shift = m_new
+    p = tl.math.exp2(qk * qk_scale - m_shift[:, None])
+    alpha = tl.math.exp2(m_i - m_shift)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    return p, alpha, m_new, l_i
+
+
+@triton.jit
+def finalize(acc, m_i, l_i):
+    """Divide by the row sum once, at the end; rows that saw no key give 0 and lse = +inf."""
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    return out, lse
