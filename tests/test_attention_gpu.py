@@ -1,0 +1,92 @@
+"""GPU-only checks: large shapes, bitwise determinism, repeatability of the atomic path, and memory
+that grows linearly with seqlen. The rest of the suite also runs on the GPU, compiled."""
+
+import pytest
+import torch
+
+from flashattn2 import flash_attn_func
+from helpers import BWD_FACTOR, assert_close_to_ref, check_attention, randn, reference_with_grads
+
+pytestmark = pytest.mark.gpu
+
+LARGE = [
+    # batch, seqlen_q, seqlen_k, nheads, nheads_k
+    (2, 4096, 4096, 4, 4),
+    (1, 8192, 8192, 2, 1),
+    (3, 1000, 3001, 4, 2),
+    (4, 2049, 1023, 2, 2),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", LARGE, ids=lambda s: "x".join(map(str, s)))
+def test_large_shapes(dtype, head_dim, causal, shape):
+    batch, seqlen_q, seqlen_k, nheads, nheads_k = shape
+    torch.manual_seed(seqlen_q * 7 + head_dim + causal)
+    q = randn(batch, seqlen_q, nheads, head_dim, dtype=dtype, requires_grad=True)
+    k = randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype, requires_grad=True)
+    v = randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype, requires_grad=True)
+    out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    dout = randn(*out.shape, dtype=dtype)
+    out.backward(dout)
+    check_attention(q, k, v, out, lse, (q.grad, k.grad, v.grad), dout, causal)
+
+
+def _inputs(dtype=torch.bfloat16):
+    q = randn(2, 1537, 8, 128, dtype=dtype, requires_grad=True)
+    k = randn(2, 1537, 2, 128, dtype=dtype, requires_grad=True)
+    v = randn(2, 1537, 2, 128, dtype=dtype, requires_grad=True)
+    return q, k, v, randn(2, 1537, 8, 128, dtype=dtype)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_deterministic_is_bitwise_equal_over_50_runs(causal):
+    torch.manual_seed(31)
+    q, k, v, dout = _inputs()
+    first = None
+    for _ in range(50):
+        q.grad = k.grad = v.grad = None
+        out = flash_attn_func(q, k, v, causal=causal, deterministic=True)
+        out.backward(dout)
+        run = (out.detach().clone(), q.grad.clone(), k.grad.clone(), v.grad.clone())
+        if first is None:
+            first = run
+        for a, b in zip(first, run, strict=True):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_default_mode_is_within_tolerance_over_50_runs(causal):
+    torch.manual_seed(37)
+    q, k, v, dout = _inputs()
+    _, _, ref_grads = reference_with_grads(q, k, v, dout, causal, upcast=True)
+    _, _, pt_grads = reference_with_grads(q, k, v, dout, causal, upcast=False)
+    for _ in range(50):
+        q.grad = k.grad = v.grad = None
+        flash_attn_func(q, k, v, causal=causal).backward(dout)
+        for name, g, rg, pg in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), ref_grads, pt_grads,
+                                   strict=True):
+            assert_close_to_ref(name, g, rg, pg, BWD_FACTOR)
+
+
+def _peak_extra_mib(seqlen):
+    q, k, v = (randn(1, seqlen, 16, 128, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    dout = randn(1, seqlen, 16, 128, dtype=torch.bfloat16)
+    flash_attn_func(q, k, v, causal=True).backward(dout)  # compile outside the measurement
+    q.grad = k.grad = v.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    flash_attn_func(q, k, v, causal=True).backward(dout)
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def test_memory_is_linear_in_seqlen():
+    small, large = _peak_extra_mib(4096), _peak_extra_mib(16384)
+    # 4x the tokens: linear memory grows ~4x; anything seqlen^2 would grow 16x
+    assert large <= 4.5 * small, f"extra memory {small:.1f} MiB at 4k, {large:.1f} MiB at 16k"
+    # and in absolute terms: well under one bf16 score matrix per head (16 * 16384^2 * 2 B = 8 GiB)
+    assert large < 1024, f"{large:.1f} MiB extra at seqlen 16k"

@@ -1,0 +1,116 @@
+"""API contract: bad input raises a named error, unsupported options are refused by name, and the ops
+behave under autograd checks and torch.compile."""
+
+import pytest
+import torch
+
+import flashattn2
+from flashattn2 import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+from helpers import DEVICE, ON_GPU, randn
+
+
+def qkv(batch=1, seqlen_q=8, seqlen_k=8, nheads=2, nheads_k=2, head_dim=32, dtype=torch.float16,
+        device=DEVICE):
+    return (randn(batch, seqlen_q, nheads, head_dim, dtype=dtype, device=device),
+            randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype, device=device),
+            randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype, device=device))
+
+
+def test_public_api_names():
+    for name in ("flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func"):
+        assert callable(getattr(flashattn2, name))
+
+
+@pytest.mark.parametrize("make,error,match", [
+    (lambda: (randn(8, 2, 32, dtype=torch.float16), *qkv()[1:]), ValueError, "4 dimensions"),
+    (lambda: (qkv()[0], randn(1, 1, 8, 2, 32, dtype=torch.float16), qkv()[2]), ValueError, "4 dimensions"),
+    (lambda: (qkv(batch=2)[0], *qkv()[1:]), ValueError, "batch"),
+    (lambda: (*qkv()[:2], qkv(seqlen_k=9)[2]), ValueError, "same seqlen"),
+    (lambda: (qkv(head_dim=64)[0], *qkv()[1:]), ValueError, "head dims"),
+    (lambda: (*qkv()[:2], qkv(nheads=3, nheads_k=3)[2]), ValueError, "same number of heads"),
+    (lambda: qkv(nheads=3, nheads_k=2), ValueError, "divisible"),
+    (lambda: qkv(head_dim=288), ValueError, "head dim must be between"),
+    (lambda: qkv(dtype=torch.float32), TypeError, "float16 and bfloat16"),
+    (lambda: qkv(dtype=torch.float64), TypeError, "float16 and bfloat16"),
+    (lambda: (qkv()[0], *qkv(dtype=torch.bfloat16)[1:]), TypeError, "one dtype"),
+    (lambda: (qkv()[0], qkv(device="meta")[1], qkv()[2]), ValueError, "one device"),
+    (lambda: (torch.ones(1, 8, 2, 32, dtype=torch.int32, device=DEVICE), *qkv()[1:]), TypeError, "float16"),
+    (lambda: ([[1.0]], *qkv()[1:]), TypeError, "torch.Tensor"),
+])
+def test_bad_inputs_raise_named_errors(make, error, match):
+    with pytest.raises(error, match=match):
+        flash_attn_func(*make())
+
+
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), float("inf")])
+def test_bad_softmax_scale(scale):
+    with pytest.raises(ValueError, match="softmax_scale"):
+        flash_attn_func(*qkv(), softmax_scale=scale)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"dropout_p": 0.1}, "dropout_p"),
+    ({"window_size": (16, 0)}, "window_size"),
+    ({"softcap": 30.0}, "softcap"),
+    ({"alibi_slopes": torch.ones(2, dtype=torch.float32)}, "alibi_slopes"),
+])
+def test_unsupported_options_are_refused_by_name(kwargs, name):
+    for call in (lambda: flash_attn_func(*qkv(), **kwargs),
+                 lambda: flash_attn_qkvpacked_func(torch.stack(qkv(), dim=2), **kwargs),
+                 lambda: flash_attn_kvpacked_func(qkv()[0], torch.stack(qkv()[1:], dim=2), **kwargs)):
+        with pytest.raises(NotImplementedError, match=name):
+            call()
+
+
+def test_packed_shapes_are_checked():
+    with pytest.raises(ValueError, match="qkv must have shape"):
+        flash_attn_qkvpacked_func(randn(1, 8, 2, 2, 32, dtype=torch.float16))
+    with pytest.raises(ValueError, match="kv must have shape"):
+        flash_attn_kvpacked_func(qkv()[0], randn(1, 8, 3, 2, 32, dtype=torch.float16))
+
+
+@pytest.mark.skipif(ON_GPU, reason="CPU tensors are fine on a GPU machine only through the interpreter")
+def test_cpu_tensors_without_interpreter_are_refused(monkeypatch):
+    import flashattn2.interface as interface
+
+    monkeypatch.setattr(interface, "INTERPRET", False)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+        flash_attn_func(*qkv(device="cpu"))
+
+
+def test_non_unit_last_stride_is_copied_not_refused():
+    q, k, v = qkv(head_dim=32)
+    q_strided = torch.empty(1, 8, 2, 64, dtype=q.dtype, device=q.device)[..., ::2]
+    q_strided.copy_(q)
+    assert q_strided.stride(-1) == 2
+    torch.testing.assert_close(flash_attn_func(q_strided, k, v), flash_attn_func(q, k, v), rtol=0, atol=0)
+
+
+def test_opcheck():
+    """torch.library's own checks: schema, fake (meta) kernel, autograd registration."""
+    q, k, v = (x.requires_grad_() for x in qkv(seqlen_q=20, seqlen_k=24, head_dim=16))
+    scale = 0.25
+    torch.library.opcheck(torch.ops.flashattn2.fwd.default, (q, k, v, scale, True, False),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    out, lse = torch.ops.flashattn2.fwd(q.detach(), k.detach(), v.detach(), scale, True, False)
+    dout = randn(*out.shape, dtype=out.dtype)
+    torch.library.opcheck(torch.ops.flashattn2.bwd.default,
+                          (dout, q.detach(), k.detach(), v.detach(), out, lse, scale, True, False),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    q, k, v = (x.requires_grad_() for x in qkv(seqlen_q=33, seqlen_k=40, nheads=4, nheads_k=2))
+    backend = "inductor" if ON_GPU else "aot_eager"  # inductor on CPU would need a C++ toolchain in CI
+
+    def layer(q, k, v):
+        return flash_attn_func(q * 1.0, k, v, causal=True).float().square().sum()
+
+    compiled = torch.compile(layer, backend=backend, fullgraph=True)
+    loss_c = compiled(q, k, v)
+    grads_c = torch.autograd.grad(loss_c, (q, k, v))
+    loss_e = layer(q, k, v)
+    grads_e = torch.autograd.grad(loss_e, (q, k, v))
+    torch.testing.assert_close(loss_c, loss_e)
+    for gc, ge in zip(grads_c, grads_e, strict=True):
+        torch.testing.assert_close(gc, ge)
