@@ -1,0 +1,447 @@
+"""Benchmark reports: run metadata, stdout lines, JSON, markdown tables and a PNG plot.
+
+Pure Python apart from the plot (matplotlib, imported lazily), so the tests run without a GPU.
+"""
+
+import datetime as _dt
+import json
+import math
+import platform
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .core import MODES, OURS
+
+NA = "n/a"
+# The peers the project quotes ratios against; the others are in the TFLOP/s columns.
+DEFAULT_RATIO_PEERS: tuple[str, ...] = ("sdpa-flash", "sdpa-cudnn")
+MAX_PNG_BYTES = 1_000_000
+
+
+# ---------------------------------------------------------------------------------------------- meta
+
+
+def device_slug(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3' (safe in file names)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown-device"
+
+
+def default_stem(device_name: str, now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return f"{now:%Y-%m-%d}_{device_slug(device_name)}"
+
+
+def git_commit(cwd: str | Path | None = None) -> str | None:
+    """HEAD of the repository holding this package (not of the caller's cwd), or None."""
+    cwd = cwd or Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def collect_meta(
+    device_name: str, argv: Sequence[str] | None = None, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    import torch
+
+    try:
+        import triton
+
+        triton_version: str | None = triton.__version__
+    except ImportError:
+        triton_version = None
+    now = _dt.datetime.now(_dt.timezone.utc)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    meta: dict[str, Any] = {
+        "device": device_name,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "python": platform.python_version(),
+        "date_utc": now.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "git_commit": git_commit(),
+        "command": "python -m flashattn2.bench" + (" " + shlex.join(argv) if argv else ""),
+    }
+    meta.update(extra or {})
+    return meta
+
+
+# ---------------------------------------------------------------------------------------- formatting
+
+
+def fmt_tflops(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return NA
+    # GPU numbers read best with one decimal; tiny CPU smoke numbers need significant digits.
+    return f"{x:.1f}" if x >= 1 else f"{x:.3g}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    return NA if x is None else f"{x:.2f}"
+
+
+def impl_names(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Implementations in first-seen order, ours first."""
+    names: dict[str, None] = {}
+    for row in rows:
+        for name in row.get("tflops", {}):
+            names.setdefault(name, None)
+    ordered = list(names)
+    if OURS in names:
+        ordered.remove(OURS)
+        ordered.insert(0, OURS)
+    return ordered
+
+
+def ratio(row: Mapping[str, Any], peer: str) -> float | None:
+    """ours / peer TFLOP/s, recomputed from the row so hand-made rows need no 'ratios' key."""
+    tf = row.get("tflops", {})
+    mine, theirs = tf.get(OURS), tf.get(peer)
+    if mine is None or not theirs:
+        return None
+    return mine / theirs
+
+
+def _ratio_peers(
+    rows: Sequence[Mapping[str, Any]], impls: Sequence[str], ratio_peers: Sequence[str] | None
+) -> list[str]:
+    if ratio_peers is not None:
+        return [p for p in ratio_peers if p != OURS]
+    if OURS not in impls:
+        return []
+
+    def measured(peer: str) -> bool:
+        return any(r.get("tflops", {}).get(peer) is not None for r in rows)
+
+    default = [p for p in DEFAULT_RATIO_PEERS if p in impls]
+    if any(measured(p) for p in default):
+        return default
+    # A CPU run has neither fused SDPA peer: compare against the peers it did measure instead.
+    return [p for p in impls if p != OURS and measured(p)] or default
+
+
+def _table(header: Sequence[str], body: Iterable[Sequence[str]], right_from: int = 0) -> str:
+    lines = ["| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join("---:" if i >= right_from else "---" for i in range(len(header))) + "|")
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    return "\n".join(lines)
+
+
+def _group_order(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
+    modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
+    modes += [m for m in dict.fromkeys(r["mode"] for r in rows) if m not in modes]
+    return [(d, m) for d in dtypes for m in modes if any(r["dtype"] == d and r["mode"] == m for r in rows)]
+
+
+def markdown_table(
+    rows: Sequence[Mapping[str, Any]],
+    impls: Sequence[str] | None = None,
+    ratio_peers: Sequence[str] | None = None,
+    heading_level: int = 3,
+) -> str:
+    """One markdown table per (dtype, mode): hdim, causal, seqlen, TFLOP/s per implementation, then
+    ours/peer ratio columns (default sdpa-flash and sdpa-cudnn). Missing values render as 'n/a'."""
+    rows = list(rows)
+    if not rows:
+        return "(no results)\n"
+    impls = list(impls) if impls is not None else impl_names(rows)
+    peers = _ratio_peers(rows, impls, ratio_peers)
+    header = ["hdim", "causal", "seqlen", *impls, *(f"ours/{p}" for p in peers)]
+    parts = []
+    for dtype, mode in _group_order(rows):
+        group = sorted(
+            (r for r in rows if r["dtype"] == dtype and r["mode"] == mode),
+            key=lambda r: (r["hdim"], bool(r["causal"]), r["seqlen"]),
+        )
+        body = [
+            [
+                str(r["hdim"]),
+                "yes" if r["causal"] else "no",
+                str(r["seqlen"]),
+                *(fmt_tflops(r.get("tflops", {}).get(n)) for n in impls),
+                *(fmt_ratio(ratio(r, p)) for p in peers),
+            ]
+            for r in group
+        ]
+        parts.append(f"{'#' * heading_level} {dtype} {mode} (TFLOP/s)\n\n" + _table(header, body, 2))
+    return "\n\n".join(parts) + "\n"
+
+
+def memory_table(memory: Mapping[str, Any] | None, heading_level: int = 3) -> str:
+    if not memory or not memory.get("rows"):
+        return ""
+    names: dict[str, None] = {}
+    for r in memory["rows"]:
+        for n in r["mib"]:
+            names.setdefault(n, None)
+    header = ["seqlen", "q+k+v", *names]
+    body = [
+        [str(r["seqlen"]), f"{r['qkv_mib']:.1f}", *(_fmt_mib(r["mib"].get(n)) for n in names)]
+        for r in memory["rows"]
+    ]
+    title = (
+        f"{'#' * heading_level} Peak extra memory of forward+backward (MiB): {memory['dtype']}, "
+        f"batch {memory['batch']}, {memory['nheads']} heads, hdim {memory['headdim']}, non-causal\n\n"
+        "Peak allocated during the call minus allocated before it (inputs and dout already there).\n\n"
+    )
+    return title + _table(header, body, 0) + "\n"
+
+
+def _fmt_mib(x: float | None) -> str:
+    return NA if x is None else f"{x:.1f}"
+
+
+def notes_section(rows: Sequence[Mapping[str, Any]], memory: Mapping[str, Any] | None = None) -> str:
+    """Why cells are n/a, one line per distinct (implementation, reason)."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        for name, reason in r.get("notes", {}).items():
+            where = f"{r['dtype']} {r['mode']} d{r['hdim']}{' causal' if r['causal'] else ''} s{r['seqlen']}"
+            seen.setdefault((name, reason), []).append(where)
+    for r in (memory or {}).get("rows", []):
+        for name, reason in r.get("notes", {}).items():
+            seen.setdefault((name, reason), []).append(f"memory s{r['seqlen']}")
+    if not seen:
+        return ""
+    lines = ["## n/a cells", ""]
+    for (name, reason), where in seen.items():
+        extra = f" (+{len(where) - 1} more)" if len(where) > 1 else ""
+        lines.append(f"- {name}: {reason} — e.g. {where[0]}{extra}")
+    return "\n".join(lines) + "\n"
+
+
+def markdown_report(
+    meta: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], memory: Mapping[str, Any] | None = None
+) -> str:
+    lines = ["# flashattn2 benchmark", ""]
+    lines += [f"- {key}: {'`' + str(val) + '`' if key == 'command' else val}" for key, val in meta.items()]
+    lines += [
+        "",
+        f"TFLOP/s count attention matmul FLOPs (4·b·h·s²·d forward, halved when causal; backward 2.5x, "
+        f"fwd_bwd 3.5x). ours/peer = {OURS} TFLOP/s / peer TFLOP/s: > 1 means ours is faster.",
+        "",
+        markdown_table(rows, heading_level=2),
+    ]
+    mem = memory_table(memory, heading_level=2)
+    if mem:
+        lines.append(mem)
+    notes = notes_section(rows, memory)
+    if notes:
+        lines.append(notes)
+    return "\n".join(lines)
+
+
+def stdout_header(impls: Sequence[str]) -> str:
+    cols = "".join(f"{n:>13}" for n in impls)
+    return f"{'dtype':<5} {'mode':<7} {'hdim':>4} {'causal':>6} {'seqlen':>6} {'batch':>5} {'heads':>5}{cols}"
+
+
+def stdout_line(row: Mapping[str, Any], impls: Sequence[str]) -> str:
+    """One compact line per measured row; 'skip' marks a deliberately skipped naive run."""
+    cells = []
+    for n in impls:
+        val = row["tflops"].get(n)
+        if val is None:
+            cells.append("skip" if row.get("notes", {}).get(n, "").startswith("skipped") else NA)
+        else:
+            cells.append(fmt_tflops(val))
+    cols = "".join(f"{c:>13}" for c in cells)
+    return (
+        f"{row['dtype']:<5} {row['mode']:<7} {row['hdim']:>4} {int(bool(row['causal'])):>6} "
+        f"{row['seqlen']:>6} {row['batch']:>5} {row['nheads']:>5}{cols}"
+    )
+
+
+def memory_line(row: Mapping[str, Any]) -> str:
+    cells = " ".join(f"{n}={_fmt_mib(v)}" for n, v in row["mib"].items())
+    return f"memory seqlen {row['seqlen']:>6}  q+k+v={row['qkv_mib']:.1f} MiB  {cells}"
+
+
+# --------------------------------------------------------------------------------------------- files
+
+
+def write_json(
+    path: str | Path,
+    meta: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    memory: Mapping[str, Any] | None = None,
+) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"meta": dict(meta), "rows": list(rows), "memory": memory}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def write_markdown(
+    path: str | Path,
+    meta: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    memory: Mapping[str, Any] | None = None,
+) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(markdown_report(meta, rows, memory))
+    return path
+
+
+def write_plot(
+    path: str | Path,
+    rows: Sequence[Mapping[str, Any]],
+    memory: Mapping[str, Any] | None = None,
+    dtype: str = "bf16",
+    title: str | None = None,
+    dpi: int = 90,
+) -> Path | None:
+    """TFLOP/s against seqlen, one panel per (hdim, causal) x mode for `dtype` (the first dtype present
+    if it is absent), a line per implementation, and the memory panel along the bottom.
+
+    Returns None (after printing a note) when matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # headless: no display on benchmark machines
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: matplotlib is not installed; skipping the plot (pip install matplotlib)")
+        return None
+
+    rows = list(rows)
+    if rows and not any(r["dtype"] == dtype for r in rows):
+        dtype = rows[0]["dtype"]
+    sel = [r for r in rows if r["dtype"] == dtype]
+    panels = sorted({(r["hdim"], bool(r["causal"])) for r in sel})
+    modes = [m for m in MODES if any(r["mode"] == m for r in sel)]
+    impls = impl_names(sel)
+    has_mem = bool(memory and memory.get("rows"))
+    nrows, ncols = len(panels) + (1 if has_mem else 0), max(1, len(modes))
+    if nrows == 0:
+        return None
+
+    fig = plt.figure(figsize=(4.2 * ncols, 3.0 * nrows))
+    grid = fig.add_gridspec(nrows, ncols)
+    colors = {n: f"C{i}" for i, n in enumerate(impls)}
+    handles: dict[str, Any] = {}
+    for i, (hdim, causal) in enumerate(panels):
+        for j, mode in enumerate(modes):
+            ax = fig.add_subplot(grid[i, j])
+            pts = sorted(
+                (r for r in sel if r["hdim"] == hdim and bool(r["causal"]) == causal and r["mode"] == mode),
+                key=lambda r: r["seqlen"],
+            )
+            xs = [r["seqlen"] for r in pts]
+            for n in impls:
+                ys = [r["tflops"].get(n) for r in pts]
+                ys = [math.nan if y is None else y for y in ys]
+                if all(math.isnan(y) for y in ys):
+                    continue
+                style = {"linewidth": 2.2} if n == OURS else {"linewidth": 1.2}
+                (line,) = ax.plot(xs, ys, marker="o", markersize=3, color=colors[n], label=n, **style)
+                handles.setdefault(n, line)
+            _seqlen_axis(ax, xs)
+            ax.set_title(f"{dtype} {mode} d={hdim}{' causal' if causal else ''}", fontsize=9)
+            ax.set_ylim(bottom=0)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3)
+            if j == 0:
+                ax.set_ylabel("TFLOP/s", fontsize=8)
+            if i == len(panels) - 1 and not has_mem:
+                ax.set_xlabel("seqlen", fontsize=8)
+    if has_mem:
+        assert memory is not None
+        ax = fig.add_subplot(grid[nrows - 1, :])
+        mrows = sorted(memory["rows"], key=lambda r: r["seqlen"])
+        xs = [r["seqlen"] for r in mrows]
+        names: dict[str, None] = {}
+        for r in mrows:
+            for n in r["mib"]:
+                names.setdefault(n, None)
+        for n in names:
+            ys = [math.nan if r["mib"].get(n) is None else r["mib"][n] for r in mrows]
+            if all(math.isnan(y) for y in ys):
+                continue
+            # Ours on top: the fused peers sit almost on the same line.
+            style = {"linewidth": 2.2, "zorder": 3} if n == OURS else {"linewidth": 1.2}
+            (line,) = ax.plot(xs, ys, marker="o", markersize=3, color=colors.get(n), label=n, **style)
+            handles.setdefault(n, line)
+        ax.plot(xs, [r["qkv_mib"] for r in mrows], linestyle="--", color="gray", label="q+k+v")
+        _seqlen_axis(ax, xs)
+        ax.set_yscale("log")
+        ax.set_xlabel("seqlen", fontsize=8)
+        ax.set_ylabel("MiB", fontsize=8)
+        ax.set_title(
+            f"peak extra memory, fwd+bwd ({memory['dtype']}, b={memory['batch']}, h={memory['nheads']}, "
+            f"d={memory['headdim']}); dashed: q+k+v",
+            fontsize=9,
+        )
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3, which="both")
+    # Title and a shared legend in a strip above the panels (in inches, so it scales with the grid).
+    height = 3.0 * nrows
+    top = 1.0
+    if title:
+        fig.suptitle(title, y=1 - 0.08 / height, va="top", fontsize=10)
+        top -= 0.3 / height
+    if handles:
+        fig.legend(
+            handles.values(),
+            handles.keys(),
+            loc="upper center",
+            bbox_to_anchor=(0.5, top - 0.03 / height),
+            ncol=len(handles),
+            fontsize=9,
+            frameon=False,
+        )
+        top -= 0.35 / height
+    fig.tight_layout(rect=(0, 0, 1, top))
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Keep the image small enough to commit: lower the resolution until it fits.
+    for try_dpi in (dpi, 70, 55):
+        fig.savefig(path, dpi=try_dpi)
+        if path.stat().st_size <= MAX_PNG_BYTES:
+            break
+    plt.close(fig)
+    return path
+
+
+def _seqlen_axis(ax: Any, seqlens: Sequence[int]) -> None:
+    """Log2 x axis labelled with the measured seqlens (512, 1k, ..., 16k)."""
+    ax.set_xscale("log", base=2)
+    ax.minorticks_off()
+    if seqlens:
+        ax.set_xticks(
+            list(seqlens), [f"{s // 1024}k" if s >= 1024 and s % 1024 == 0 else str(s) for s in seqlens]
+        )
+
+
+def write_results(
+    out_dir: str | Path,
+    stem: str,
+    meta: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    memory: Mapping[str, Any] | None = None,
+    plot: bool = True,
+) -> dict[str, Path]:
+    """<out_dir>/<stem>.json, .md and (if plot and matplotlib is there) .png."""
+    out = Path(out_dir)
+    files = {
+        "json": write_json(out / f"{stem}.json", meta, rows, memory),
+        "md": write_markdown(out / f"{stem}.md", meta, rows, memory),
+    }
+    if plot:
+        png = write_plot(out / f"{stem}.png", rows, memory, title=f"{OURS} — {meta.get('device', '')}")
+        if png is not None:
+            files["png"] = png
+    return files

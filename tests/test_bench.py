@@ -1,0 +1,334 @@
+"""CPU-only tests of the benchmark's pure parts (no kernels, no GPU)."""
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from flashattn2.bench import (
+    MODES,
+    OURS,
+    Shape,
+    attention_flops,
+    make_row,
+    make_shapes,
+    markdown_report,
+    markdown_table,
+    naive_attention,
+    paper_batch_nheads,
+    run_suite,
+    tflops_per_s,
+    write_json,
+    write_results,
+)
+from flashattn2.bench.report import default_stem, device_slug, stdout_line
+
+
+def test_flops_forward_formula_and_causal_halving() -> None:
+    fwd = attention_flops(2, 16, 1024, 1024, 128)
+    assert fwd == 4 * 2 * 16 * 1024 * 1024 * 128
+    assert attention_flops(2, 16, 1024, 1024, 128, causal=True) == fwd / 2
+    assert attention_flops(1, 1, 128, 256, 64) == 4 * 128 * 256 * 64
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flops_backward_factors(causal: bool) -> None:
+    fwd = attention_flops(4, 8, 512, 512, 64, causal, "fwd")
+    assert attention_flops(4, 8, 512, 512, 64, causal, "bwd") == pytest.approx(2.5 * fwd)
+    assert attention_flops(4, 8, 512, 512, 64, causal, "fwd_bwd") == pytest.approx(3.5 * fwd)
+    with pytest.raises(ValueError):
+        attention_flops(4, 8, 512, 512, 64, causal, "bogus")
+
+
+def test_tflops_per_s() -> None:
+    assert tflops_per_s(2e12, 1000.0) == pytest.approx(2.0)
+    assert tflops_per_s(1e12, 1.0) == pytest.approx(1000.0)
+    assert tflops_per_s(1e12, None) is None
+
+
+def test_paper_shapes() -> None:
+    shapes = make_shapes()
+    assert len(shapes) == 6 * 3 * 2 * 2
+    for s in shapes:
+        assert s.batch * s.seqlen == 16384
+        assert s.nheads * s.headdim == 2048
+    assert {s.dtype for s in shapes} == {"bf16", "fp16"}
+    assert {s.causal for s in shapes} == {False, True}
+    small = make_shapes([256, 512], [32, 64], [True], ["fp16"], total_tokens=1024, hidden=256)
+    assert [(s.batch, s.seqlen, s.nheads, s.headdim) for s in small] == [
+        (4, 256, 8, 32),
+        (2, 512, 8, 32),
+        (4, 256, 4, 64),
+        (2, 512, 4, 64),
+    ]
+    assert paper_batch_nheads(32768, 128, 16384, 2048) == (1, 16)  # never an empty batch
+    with pytest.raises(ValueError):
+        paper_batch_nheads(1024, 128, 16384, 2000)
+    with pytest.raises(ValueError):
+        make_shapes([64], [32], [False], ["fp8"])
+
+
+def test_naive_attention_matches_sdpa_math() -> None:
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 40, 16, generator=g) for _ in range(3))
+    mask = torch.ones(40, 40, dtype=torch.bool).triu(1)
+    torch.testing.assert_close(naive_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
+    torch.testing.assert_close(
+        naive_attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    )
+
+
+def _fake_rows() -> list[dict]:
+    rows = []
+    for causal in (False, True):
+        shape = Shape(batch=8, seqlen=2048, nheads=16, headdim=128, causal=causal, dtype="bf16")
+        for mode in MODES:
+            flops = attention_flops(8, 16, 2048, 2048, 128, causal, mode)
+
+            def ms_for(tf: float, flops: float = flops) -> float:
+                return flops / (tf * 1e12) * 1e3
+
+            ms = {
+                OURS: ms_for(300.0),
+                "sdpa-flash": ms_for(200.0),
+                "sdpa-cudnn": ms_for(400.0),
+                "sdpa-mem-eff": None,
+                "naive": None,
+            }
+            notes = {"sdpa-mem-eff": "RuntimeError: No available kernel", "naive": "skipped: too big"}
+            rows.append(make_row(shape, mode, ms, notes))
+    return rows
+
+
+def _table_lines(md: str) -> list[list[str]]:
+    return [
+        [c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("|")
+    ]
+
+
+def test_markdown_table_ratios_and_missing_peers() -> None:
+    rows = _fake_rows()
+    md = markdown_table(rows)
+    for mode in MODES:
+        assert f"### bf16 {mode} (TFLOP/s)" in md
+    lines = _table_lines(md)
+    header = lines[0]
+    assert header == [
+        "hdim",
+        "causal",
+        "seqlen",
+        OURS,
+        "sdpa-flash",
+        "sdpa-cudnn",
+        "sdpa-mem-eff",
+        "naive",
+        "ours/sdpa-flash",
+        "ours/sdpa-cudnn",
+    ]
+    data = [ln for ln in lines if ln[0] == "128"]
+    assert len(data) == 6  # 2 causal x 3 modes
+    for cells in data:
+        cell = dict(zip(header, cells, strict=True))
+        assert cell[OURS] == "300.0"
+        assert cell["sdpa-flash"] == "200.0"
+        assert cell["sdpa-mem-eff"] == "n/a"
+        assert cell["naive"] == "n/a"
+        assert cell["ours/sdpa-flash"] == "1.50"
+        assert cell["ours/sdpa-cudnn"] == "0.75"
+    assert {c[1] for c in data} == {"yes", "no"}
+
+
+def test_markdown_table_ratio_with_missing_ours_and_no_default_peers() -> None:
+    shape = Shape(1, 64, 2, 32, False, "fp16")
+    flops = attention_flops(1, 2, 64, 64, 32)
+    row = make_row(shape, "fwd", {OURS: None, "sdpa-math": flops / 1e9, "naive": flops / 2e9})
+    lines = _table_lines(markdown_table([row]))
+    # On CPU there is no sdpa-flash / sdpa-cudnn: the ratios fall back to the peers that were measured.
+    assert lines[0][-2:] == ["ours/sdpa-math", "ours/naive"]
+    assert lines[2][3] == "n/a"
+    assert lines[2][-2:] == ["n/a", "n/a"]
+    assert row["ratios"] == {"sdpa-math": None, "naive": None}
+
+
+def test_row_ratios_match_table() -> None:
+    row = _fake_rows()[0]
+    assert row["ratios"]["sdpa-flash"] == pytest.approx(1.5)
+    assert row["ratios"]["sdpa-cudnn"] == pytest.approx(0.75)
+    assert row["ratios"]["naive"] is None
+    assert row["tflops"][OURS] == pytest.approx(300.0)
+    assert "n/a" in stdout_line(row, [OURS, "sdpa-mem-eff"])
+    assert "skip" in stdout_line(row, [OURS, "naive"])
+
+
+def _fake_memory() -> dict:
+    return {
+        "batch": 1,
+        "nheads": 16,
+        "headdim": 128,
+        "dtype": "bf16",
+        "causal": False,
+        "rows": [
+            {
+                "seqlen": s,
+                "qkv_mib": 3 * s * 16 * 128 * 2 / 2**20,
+                "mib": {OURS: s / 64, "naive": (s / 64) ** 2 if s < 4096 else None},
+                "notes": {} if s < 4096 else {"naive": "skipped: too big"},
+            }
+            for s in (1024, 2048, 4096)
+        ],
+    }
+
+
+def test_write_json_and_markdown(tmp_path) -> None:
+    rows, memory = _fake_rows(), _fake_memory()
+    meta = {
+        "device": "NVIDIA H100 80GB HBM3",
+        "torch": "2.x",
+        "command": "python -m flashattn2.bench --quick",
+    }
+    path = write_json(tmp_path / "r.json", meta, rows, memory)
+    doc = json.loads(path.read_text())
+    assert set(doc) == {"meta", "rows", "memory"}
+    assert doc["meta"]["device"] == meta["device"]
+    assert len(doc["rows"]) == 6
+    assert doc["rows"][0]["tflops"]["naive"] is None
+    assert doc["rows"][0]["ratios"]["sdpa-flash"] == pytest.approx(1.5)
+    assert doc["memory"]["rows"][2]["mib"]["naive"] is None
+
+    files = write_results(tmp_path / "out", "tagged", meta, rows, memory, plot=False)
+    assert set(files) == {"json", "md"}
+    md = files["md"].read_text()
+    assert md.startswith("# flashattn2 benchmark")
+    assert "- device: NVIDIA H100 80GB HBM3" in md
+    assert "Peak extra memory" in md
+    assert "| 4096 | 48.0 | 64.0 | n/a |" in md
+    assert "sdpa-mem-eff: RuntimeError: No available kernel" in md
+    assert md == markdown_report(meta, rows, memory)
+
+
+def test_default_stem() -> None:
+    import datetime as dt
+
+    assert device_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    when = dt.datetime(2025, 3, 4, 12, 0, tzinfo=dt.timezone.utc)
+    assert default_stem("NVIDIA H100 80GB HBM3", when) == "2025-03-04_nvidia-h100-80gb-hbm3"
+
+
+def test_run_suite_cpu_with_stand_in() -> None:
+    """The CPU path end to end, with the reference as a stand-in for the kernels."""
+
+    def stand_in(q, k, v, causal=False):
+        # (b, s, h, d) in and out, like flash_attn_func.
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal
+        )
+        return out.transpose(1, 2)
+
+    shapes = [Shape(1, 32, 2, 16, True, "fp32")]
+    rows = run_suite(shapes, MODES, ["sdpa-math", "naive", "sdpa-flash"], "cpu", cpu_reps=1, ours_fn=stand_in)
+    assert [r["mode"] for r in rows] == list(MODES)
+    for r in rows:
+        assert list(r["tflops"]) == [OURS, "sdpa-math", "naive", "sdpa-flash"]
+        for name in (OURS, "sdpa-math", "naive"):
+            assert r["ms"][name] is not None and r["ms"][name] > 0, r["notes"]
+        assert r["tflops"]["sdpa-flash"] is None
+        assert r["notes"]["sdpa-flash"] == "needs a CUDA device"
+    assert "sdpa-math" in markdown_table(rows)
+
+
+def test_plot(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    from flashattn2.bench import write_plot
+
+    rows = _fake_rows()
+    # A second seqlen so the lines have two points.
+    rows += [dict(r, seqlen=4096) for r in rows]
+    path = write_plot(tmp_path / "p.png", rows, _fake_memory(), title="test")
+    assert path is not None and path.exists()
+    assert 0 < path.stat().st_size < 1_000_000
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not math.isnan(rows[0]["tflops"][OURS])
+
+
+def _stand_in(q, k, v, causal=False):
+    """flash_attn_func's contract ((b, s, h, d) in and out) on top of SDPA, for CPU runs."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal
+    )
+    return out.transpose(1, 2)
+
+
+def test_cli_without_cuda_exits_2(monkeypatch, capsys) -> None:
+    from flashattn2.bench.__main__ import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["--quick"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_cli_glue_on_cpu(monkeypatch, tmp_path, capsys) -> None:
+    """The CLI end to end with the measurements redirected to the CPU path (no GPU here)."""
+    import flashattn2.bench.__main__ as cli
+
+    real_run_suite = run_suite
+
+    def cpu_run_suite(shapes, modes, peers, device, **kw):
+        kw.update(warmup_ms=0, rep_ms=0)
+        return real_run_suite(shapes, modes, peers, "cpu", cpu_reps=1, ours_fn=_stand_in, **kw)
+
+    def fake_memory(seqlens, peers, device, **kw):
+        rows = [
+            {"seqlen": s, "qkv_mib": 1.0, "mib": {OURS: 2.0, **dict.fromkeys(peers, None)}, "notes": {}}
+            for s in seqlens
+        ]
+        for row in rows:
+            kw["on_row"](row)
+        return {
+            "batch": kw["batch"],
+            "nheads": kw["nheads"],
+            "headdim": kw["headdim"],
+            "dtype": kw["dtype"],
+            "causal": False,
+            "rows": rows,
+        }
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU 9000")
+    monkeypatch.setattr(cli, "run_suite", cpu_run_suite)
+    monkeypatch.setattr(cli, "measure_memory", fake_memory)
+    argv = [
+        "--seqlens",
+        "32",
+        "64",
+        "--hdims",
+        "16",
+        "--dtypes",
+        "fp32",
+        "--causal",
+        "1",
+        "--peers",
+        "sdpa-math",
+        "naive",
+        "--total-tokens",
+        "64",
+        "--hidden",
+        "32",
+        "--out-dir",
+        str(tmp_path),
+        "--tag",
+        "smoke",
+        "--no-plot",
+    ]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "### fp32 fwd_bwd (TFLOP/s)" in out and "elapsed" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.json", "smoke.md"]
+    doc = json.loads((tmp_path / "smoke.json").read_text())
+    assert doc["meta"]["device"] == "Fake GPU 9000"
+    assert doc["meta"]["command"].startswith("python -m flashattn2.bench --seqlens 32 64")
+    assert len(doc["rows"]) == 2 * 3
+    assert {(r["batch"], r["nheads"]) for r in doc["rows"]} == {(2, 2), (1, 2)}
+    assert all(r["tflops"][OURS] is not None for r in doc["rows"])
+    assert doc["memory"]["rows"][0]["mib"][OURS] == 2.0
