@@ -9,7 +9,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 python3 -c 'import torch, triton; print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)' \
   | tee "$OUT/device.txt"
-python3 -m pytest -q -n 4 -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.log" | tail -n 25
+python3 -m pytest -q -n 8 -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.log" | tail -n 25
 status=${PIPESTATUS[0]}
 if [ "${1:-}" != "--no-bench" ]; then
   python3 -m flashattn2.bench --out-dir "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -n 60
