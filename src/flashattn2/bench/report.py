@@ -6,6 +6,7 @@ Pure Python apart from the plot (matplotlib, imported lazily), so the tests run 
 import datetime as _dt
 import json
 import math
+import os
 import platform
 import re
 import shlex
@@ -37,7 +38,12 @@ def default_stem(device_name: str, now: _dt.datetime | None = None) -> str:
 
 
 def git_commit(cwd: str | Path | None = None) -> str | None:
-    """HEAD of the repository holding this package (not of the caller's cwd), or None."""
+    """HEAD of the repository holding this package (not of the caller's cwd), or None.
+
+    FLASHATTN2_GIT_COMMIT wins: a copy of the tree without .git (a lent GPU machine) can still say
+    which commit it measured."""
+    if os.environ.get("FLASHATTN2_GIT_COMMIT"):
+        return os.environ["FLASHATTN2_GIT_COMMIT"]
     cwd = cwd or Path(__file__).resolve().parent
     try:
         out = subprocess.run(
