@@ -2,16 +2,19 @@
 # Everything the GPU has to confirm, in one go: the whole test suite on compiled kernels (the
 # interpreter never shows races or bounds errors), then the benchmark. Results land in $OUT.
 #   bash scripts/gpu_suite.sh [--no-bench] [extra args for python -m flashattn2.bench]
+# then python -m flashattn2.bench.features (the training features' costs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn2-gpu}
 mkdir -p "$OUT"
 export PYTHONPATH=src PYTHONUNBUFFERED=1
+# $OUT comes back with at most 8 files: two logs and the two result sets (json, md, png each)
 python3 -c 'import torch, triton; print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)' \
-  | tee "$OUT/device.txt"
-python3 -m pytest -q -n 8 -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.log" | tail -n 25
+  | tee "$OUT/tests.log"
+python3 -m pytest -q -n 8 -p no:cacheprovider tests 2>&1 | tee -a "$OUT/tests.log" | tail -n 25
 status=${PIPESTATUS[0]}
 if [ "${1:-}" != "--no-bench" ]; then
   python3 -m flashattn2.bench --out-dir "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -n 60
+  python3 -m flashattn2.bench.features --out-dir "$OUT" 2>&1 | tee -a "$OUT/bench.log" | tail -n 20
 fi
 exit "$status"

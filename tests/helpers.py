@@ -28,19 +28,38 @@ def assert_close_to_ref(name: str, ours: torch.Tensor, ref: torch.Tensor, pt: to
         f"{name}: max error {err:.3e} > {factor} x PyTorch's {pt_err:.3e} + {ABS_FLOOR}")
 
 
-def reference_with_grads(q, k, v, dout, causal, softmax_scale=None, upcast=True):
+def reference_with_grads(q, k, v, dout, upcast=True, **ref_kwargs):
     """Reference out, lse and (dq, dk, dv), in float64 (upcast) or in the input dtype."""
     # float64 leaves for the oracle, so its gradients are not rounded back to the input dtype
     leaves = [(x.detach().double() if upcast else x.detach().clone()).requires_grad_() for x in (q, k, v)]
-    out, lse = attention_ref(*leaves, softmax_scale=softmax_scale, causal=causal, upcast=upcast)
+    out, lse = attention_ref(*leaves, upcast=upcast, **ref_kwargs)
     out.backward(dout.to(out.dtype))
     return out.detach(), lse.detach(), tuple(x.grad for x in leaves)
 
 
-def check_attention(q, k, v, out, lse, grads, dout, causal, softmax_scale=None) -> None:
-    """Apply the pass rule to out, lse and (if given) the gradients against float64 and in-dtype refs."""
-    ref_out, ref_lse, ref_grads = reference_with_grads(q, k, v, dout, causal, softmax_scale, upcast=True)
-    pt_out, pt_lse, pt_grads = reference_with_grads(q, k, v, dout, causal, softmax_scale, upcast=False)
+def varlen_reference_with_grads(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, upcast=True, dropout_masks=None,
+                                alibi_slopes=None, **ref_kwargs):
+    """The reference run sequence by sequence on packed inputs; lse comes back as (nheads, total_q)."""
+    outs, lses, grads = [], [], ([], [], [])
+    cu_q, cu_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for b in range(len(cu_q) - 1):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        kwargs = dict(ref_kwargs)
+        if alibi_slopes is not None:
+            kwargs["alibi_slopes"] = alibi_slopes[b] if alibi_slopes.dim() == 2 else alibi_slopes
+        if dropout_masks is not None:
+            kwargs["dropout_mask"] = dropout_masks[b:b + 1, :, :rows.stop - rows.start, :keys.stop - keys.start]
+        out, lse, g = reference_with_grads(q[rows][None], k[keys][None], v[keys][None], dout[rows][None], upcast,
+                                           **kwargs)
+        outs.append(out[0])
+        lses.append(lse[0])
+        for acc, x in zip(grads, g, strict=True):
+            acc.append(x[0])
+    return torch.cat(outs), torch.cat(lses, dim=-1), tuple(torch.cat(x) for x in grads)
+
+
+def _check_all(out, lse, grads, ref, pt):
+    (ref_out, ref_lse, ref_grads), (pt_out, pt_lse, pt_grads) = ref, pt
     assert_close_to_ref("out", out, ref_out, pt_out, FWD_FACTOR)
     # lse: +inf exactly where a row sees no key, and close elsewhere
     empty = torch.isinf(ref_lse)
@@ -49,3 +68,17 @@ def check_attention(q, k, v, out, lse, grads, dout, causal, softmax_scale=None) 
     if grads is not None:
         for name, g, rg, pg in zip(("dq", "dk", "dv"), grads, ref_grads, pt_grads, strict=True):
             assert_close_to_ref(name, g, rg, pg, BWD_FACTOR)
+
+
+def check_attention(q, k, v, out, lse, grads, dout, causal=False, softmax_scale=None, **ref_kwargs) -> None:
+    """Apply the pass rule to out, lse and (if given) the gradients against float64 and in-dtype refs."""
+    ref_kwargs.update(causal=causal, softmax_scale=softmax_scale)
+    _check_all(out, lse, grads, reference_with_grads(q, k, v, dout, True, **ref_kwargs),
+               reference_with_grads(q, k, v, dout, False, **ref_kwargs))
+
+
+def check_varlen(q, k, v, out, lse, grads, dout, cu_seqlens_q, cu_seqlens_k, **ref_kwargs) -> None:
+    """check_attention for packed inputs, sequence by sequence."""
+    _check_all(out, lse, grads,
+               varlen_reference_with_grads(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, True, **ref_kwargs),
+               varlen_reference_with_grads(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, False, **ref_kwargs))

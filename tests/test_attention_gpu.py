@@ -101,3 +101,55 @@ def test_memory_is_linear_in_seqlen():
     assert large <= 4.5 * small, f"extra memory {small:.1f} MiB at 4k, {large:.1f} MiB at 16k"
     # and in absolute terms: well under one bf16 score matrix per head (16 * 16384^2 * 2 B = 8 GiB)
     assert large < 1024, f"{large:.1f} MiB extra at seqlen 16k"
+
+
+FEATURES = [
+    {"causal": True, "window_size": (256, 0)},
+    {"window_size": (300, 100)},
+    {"causal": True, "softcap": 30.0},
+    {"causal": True, "alibi_slopes": True},
+    {"causal": True, "dropout_p": 0.1},
+    {"window_size": (512, 512), "softcap": 10.0, "alibi_slopes": True, "dropout_p": 0.05},
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("kwargs", FEATURES, ids=lambda kw: "-".join(kw))
+def test_features_large(dtype, head_dim, kwargs):
+    from test_features import _run_dense
+
+    torch.manual_seed(head_dim + len(kwargs))
+    kwargs = dict(kwargs)
+    if kwargs.get("alibi_slopes"):
+        kwargs["alibi_slopes"] = torch.rand(2, 4, dtype=torch.float32, device="cuda") * 0.1
+    _run_dense(2, 2048, 1537, 4, 2, head_dim, dtype, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"causal": True}, {"causal": True, "window_size": (128, 0)},
+                                    {"dropout_p": 0.1, "alibi_slopes": True}], ids=lambda kw: "-".join(kw) or "plain")
+def test_varlen_large(kwargs):
+    from test_features import _run_varlen
+
+    torch.manual_seed(41)
+    kwargs = dict(kwargs)
+    if kwargs.get("alibi_slopes"):
+        kwargs["alibi_slopes"] = torch.rand(8, dtype=torch.float32, device="cuda") * 0.1
+    _run_varlen([1, 1000, 3000, 0, 2048, 77], [5, 1000, 2500, 64, 2048, 0], 8, 2, 128, torch.bfloat16, **kwargs)
+
+
+def test_every_feature_is_bitwise_repeatable_over_50_runs():
+    torch.manual_seed(43)
+    q, k, v, dout = _inputs()
+    slopes = torch.rand(8, dtype=torch.float32, device="cuda") * 0.1
+    first = None
+    for _ in range(50):
+        q.grad = k.grad = v.grad = None
+        torch.manual_seed(7)
+        out = flash_attn_func(q, k, v, dropout_p=0.1, causal=True, window_size=(300, 0), softcap=20.0,
+                              alibi_slopes=slopes, deterministic=True)
+        out.backward(dout)
+        run = (out.detach().clone(), q.grad.clone(), k.grad.clone(), v.grad.clone())
+        first = first or run
+        for a, b in zip(first, run, strict=True):
+            assert torch.equal(a, b)

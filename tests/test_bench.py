@@ -332,3 +332,15 @@ def test_cli_glue_on_cpu(monkeypatch, tmp_path, capsys) -> None:
     assert {(r["batch"], r["nheads"]) for r in doc["rows"]} == {(2, 2), (1, 2)}
     assert all(r["tflops"][OURS] is not None for r in doc["rows"])
     assert doc["memory"]["rows"][0]["mib"][OURS] == 2.0
+
+
+def test_feature_report_files(tmp_path):
+    from flashattn2.bench.features import write
+
+    rows = [{"feature": "window", "variant": "causal", "fwd_ms": 2.0, "bwd_ms": 5.0},
+            {"feature": "window", "variant": "causal + window (1024, 0)", "fwd_ms": 0.3, "bwd_ms": 0.8}]
+    meta = {"device": "test device", "torch": "x", "triton": "y", "date_utc": "2026-11-21"}
+    paths = write(rows, meta, tmp_path, "stem", plot=False)
+    assert [p.name for p in paths] == ["stem_features.json", "stem_features.md"]
+    text = paths[1].read_text()
+    assert "| window | causal + window (1024, 0) | 0.300 | 0.800 |" in text and "test device" in text

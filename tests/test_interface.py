@@ -48,18 +48,50 @@ def test_bad_softmax_scale(scale):
         flash_attn_func(*qkv(), softmax_scale=scale)
 
 
-@pytest.mark.parametrize("kwargs,name", [
-    ({"dropout_p": 0.1}, "dropout_p"),
-    ({"window_size": (16, 0)}, "window_size"),
-    ({"softcap": 30.0}, "softcap"),
-    ({"alibi_slopes": torch.ones(2, dtype=torch.float32)}, "alibi_slopes"),
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"dropout_p": 1.0}, ValueError, "dropout_p"),
+    ({"dropout_p": -0.1}, ValueError, "dropout_p"),
+    ({"window_size": (4,)}, ValueError, "window_size"),
+    ({"softcap": -1.0}, ValueError, "softcap"),
+    ({"alibi_slopes": torch.ones(2, dtype=torch.float16)}, TypeError, "alibi_slopes must be float32"),
+    ({"alibi_slopes": torch.ones(3, dtype=torch.float32)}, ValueError, "alibi_slopes must have shape"),
+    ({"alibi_slopes": [0.5, 0.25]}, TypeError, "alibi_slopes must be a torch.Tensor"),
 ])
-def test_unsupported_options_are_refused_by_name(kwargs, name):
+def test_bad_options_raise_named_errors(kwargs, error, match):
+    kwargs = {k: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
     for call in (lambda: flash_attn_func(*qkv(), **kwargs),
                  lambda: flash_attn_qkvpacked_func(torch.stack(qkv(), dim=2), **kwargs),
                  lambda: flash_attn_kvpacked_func(qkv()[0], torch.stack(qkv()[1:], dim=2), **kwargs)):
-        with pytest.raises(NotImplementedError, match=name):
+        with pytest.raises(error, match=match):
             call()
+
+
+def _varlen(total_q=10, total_k=12, nheads=2, head_dim=32):
+    q = randn(total_q, nheads, head_dim, dtype=torch.float16)
+    k, v = (randn(total_k, nheads, head_dim, dtype=torch.float16) for _ in range(2))
+    cu_q = torch.tensor([0, 4, total_q], dtype=torch.int32, device=DEVICE)
+    cu_k = torch.tensor([0, 5, total_k], dtype=torch.int32, device=DEVICE)
+    return q, k, v, cu_q, cu_k
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (lambda a: {**a, "q": a["q"][None]}, ValueError, "3 dimensions"),
+    (lambda a: {**a, "cu_seqlens_q": a["cu_seqlens_q"].long()}, TypeError, "int32"),
+    (lambda a: {**a, "cu_seqlens_k": a["cu_seqlens_k"][:2]}, ValueError, "same length"),
+    (lambda a: {**a, "max_seqlen_q": -1}, ValueError, "max_seqlen_q"),
+    (lambda a: {**a, "max_seqlen_q": 3}, ValueError, "longer than max_seqlen"),
+    (lambda a: {**a, "cu_seqlens_q": a["cu_seqlens_q"] + 1}, ValueError, "must start at 0"),
+    (lambda a: {**a, "cu_seqlens_k": a["cu_seqlens_k"].flip(0)}, ValueError, "must start at 0"),
+    (lambda a: {**a, "block_table": torch.zeros(2, 1, dtype=torch.int32)}, NotImplementedError, "block_table"),
+])
+def test_bad_varlen_inputs_raise_named_errors(change, error, match):
+    from flashattn2 import flash_attn_varlen_func
+
+    q, k, v, cu_q, cu_k = _varlen()
+    args = change({"q": q, "k": k, "v": v, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k, "max_seqlen_q": 6,
+                   "max_seqlen_k": 7})
+    with pytest.raises(error, match=match):
+        flash_attn_varlen_func(**args)
 
 
 def test_packed_shapes_are_checked():
@@ -90,12 +122,17 @@ def test_opcheck():
     """torch.library's own checks: schema, fake (meta) kernel, autograd registration."""
     q, k, v = (x.requires_grad_() for x in qkv(seqlen_q=20, seqlen_k=24, head_dim=16))
     scale = 0.25
-    torch.library.opcheck(torch.ops.flashattn2.fwd.default, (q, k, v, scale, True, False),
+    # q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, max_seqlen_q, max_seqlen_k,
+    # softmax_scale, window_left, window_right, softcap, dropout_p, deterministic, return_probs
+    slopes = torch.rand(2, dtype=torch.float32, device=DEVICE)
+    fwd_args = (q, k, v, None, None, slopes, None, 20, 24, scale, 5, 0, 2.0, 0.0, False, False)
+    torch.library.opcheck(torch.ops.flashattn2.fwd.default, fwd_args,
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
-    out, lse = torch.ops.flashattn2.fwd(q.detach(), k.detach(), v.detach(), scale, True, False)
+    detached = tuple(x.detach() for x in (q, k, v))
+    out, lse, _ = torch.ops.flashattn2.fwd(*detached, *fwd_args[3:])
     dout = randn(*out.shape, dtype=out.dtype)
     torch.library.opcheck(torch.ops.flashattn2.bwd.default,
-                          (dout, q.detach(), k.detach(), v.detach(), out, lse, scale, True, False),
+                          (dout, *detached, out, lse, None, None, slopes, None, 20, 24, scale, 5, 0, 2.0, 0.0, False),
                           test_utils=("test_schema", "test_faketensor"))
 
 

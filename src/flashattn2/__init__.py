@@ -4,10 +4,28 @@
     out = flash_attn_func(q, k, v, causal=True)  # q, k, v: (batch, seqlen, nheads, headdim)
 """
 
-from .interface import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+from .bert_padding import pad_input, unpad_input
+from .interface import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
 from .reference import attention_ref
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-__all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "attention_ref",
-           "__version__"]
+__all__ = [
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "unpad_input",
+    "pad_input",
+    "attention_ref",
+    "__version__",
+]

@@ -6,12 +6,14 @@ torch.compile see one opaque node each, with fake implementations for tracing.
 
 import math
 from collections.abc import Sequence
+from typing import Optional
 
 import torch
 
 from .kernels.backward import attention_backward
 from .kernels.common import INTERPRET
 from .kernels.forward import attention_forward
+from .kernels.params import AttnOptions
 
 MAX_HEAD_DIM = 256
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -21,52 +23,83 @@ _MAX_ROW_OFFSET = 2**31
 
 # ----------------------------------------------------------------------------------------------
 # custom ops
+#
+# causal is folded into the window (right edge 0) before the ops; -1 means an unbounded side.
+
+
+def _options(softmax_scale, window_left, window_right, softcap, dropout_p, alibi_slopes, rng_seed,
+             cu_seqlens_q, cu_seqlens_k) -> AttnOptions:
+    return AttnOptions(softmax_scale, window_left, window_right, softcap, dropout_p, alibi_slopes, rng_seed,
+                       cu_seqlens_q, cu_seqlens_k)
 
 
 @torch.library.custom_op("flashattn2::fwd", mutates_args=())
-def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
-            deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+            cu_seqlens_k: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
+            rng_seed: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
+            window_left: int, window_right: int, softcap: float, dropout_p: float, deterministic: bool,
+            return_probs: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # deterministic is unused here; it rides along so the backward can read it from the inputs
-    return attention_forward(q, k, v, softmax_scale, causal)
+    if cu_seqlens_q is not None:
+        _check_cu_seqlens_values(cu_seqlens_q, q.shape[0], max_seqlen_q, "cu_seqlens_q")
+        _check_cu_seqlens_values(cu_seqlens_k, k.shape[0], max_seqlen_k, "cu_seqlens_k")
+    opts = _options(softmax_scale, window_left, window_right, softcap, dropout_p, alibi_slopes, rng_seed,
+                    cu_seqlens_q, cu_seqlens_k)
+    out, lse, probs = attention_forward(q, k, v, opts, max_seqlen_q, max_seqlen_k, return_probs)
+    return out, lse, probs if probs is not None else q.new_empty(0)
 
 
 @_fwd_op.register_fake
-def _fwd_fake(q, k, v, softmax_scale, causal, deterministic):
-    batch, seqlen_q, nheads, _ = q.shape
+def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, max_seqlen_q, max_seqlen_k,
+              softmax_scale, window_left, window_right, softcap, dropout_p, deterministic, return_probs):
+    if cu_seqlens_q is not None:
+        batch, nheads = cu_seqlens_q.shape[0] - 1, q.shape[1]
+        lse_shape = (nheads, q.shape[0])
+    else:
+        batch, max_seqlen_q, nheads, _ = q.shape
+        max_seqlen_k = k.shape[1]
+        lse_shape = (batch, nheads, max_seqlen_q)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, nheads, seqlen_q), dtype=torch.float32, device=q.device)
-    return out, lse
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    probs_shape = (batch, nheads, max_seqlen_q, max_seqlen_k) if return_probs else (0,)
+    return out, lse, torch.empty(probs_shape, dtype=q.dtype, device=q.device)
 
 
 @torch.library.custom_op("flashattn2::bwd", mutates_args=())
 def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-            lse: torch.Tensor, softmax_scale: float, causal: bool, deterministic: bool,
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return attention_backward(dout, q, k, v, out, lse, softmax_scale, causal, deterministic)
+            lse: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+            alibi_slopes: Optional[torch.Tensor], rng_seed: Optional[torch.Tensor], max_seqlen_q: int,
+            max_seqlen_k: int, softmax_scale: float, window_left: int, window_right: int, softcap: float,
+            dropout_p: float, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    opts = _options(softmax_scale, window_left, window_right, softcap, dropout_p, alibi_slopes, rng_seed,
+                    cu_seqlens_q, cu_seqlens_k)
+    return attention_backward(dout, q, k, v, out, lse, opts, deterministic, max_seqlen_q, max_seqlen_k)
 
 
 @_bwd_op.register_fake
-def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, deterministic):
+def _bwd_fake(dout, q, k, v, out, lse, *args):
     return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
             torch.empty(k.shape, dtype=k.dtype, device=k.device),
             torch.empty(v.shape, dtype=v.dtype, device=v.device))
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, softmax_scale, causal, deterministic = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
-    ctx.softmax_scale, ctx.causal, ctx.deterministic = softmax_scale, causal, deterministic
-    ctx.mark_non_differentiable(lse)
+    q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed = inputs[:7]
+    out, lse, _ = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed)
+    # max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right, softcap, dropout_p, deterministic
+    ctx.scalars = inputs[7:15]
+    ctx.mark_non_differentiable(lse, output[2])
 
 
-def _backward(ctx, dout, _dlse):
-    q, k, v, out, lse = ctx.saved_tensors
+def _backward(ctx, dout, _dlse, _dprobs):
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed = ctx.saved_tensors
     # the kernels need a unit stride on the head dim; upstream ops may hand any layout
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
-    dq, dk, dv = _bwd_op(dout, q, k, v, out, lse, ctx.softmax_scale, ctx.causal, ctx.deterministic)
-    return dq, dk, dv, None, None, None
+    dq, dk, dv = _bwd_op(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed,
+                         *ctx.scalars)
+    return (dq, dk, dv) + (None,) * 13
 
 
 _fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -76,39 +109,24 @@ _fwd_op.register_autograd(_backward, setup_context=_setup_context)
 # argument checks
 
 
-def _check_unsupported(dropout_p: float, window_size: Sequence[int], softcap: float,
-                       alibi_slopes: torch.Tensor | None) -> None:
-    """Options that belong to a later release: refuse them by name rather than ignore them."""
-    if dropout_p != 0.0:
-        raise NotImplementedError(f"dropout_p={dropout_p} is not supported yet: only dropout_p=0.0")
-    if tuple(window_size) != (-1, -1):
-        raise NotImplementedError(f"window_size={tuple(window_size)} is not supported yet: only (-1, -1)")
-    if softcap != 0.0:
-        raise NotImplementedError(f"softcap={softcap} is not supported yet: only softcap=0.0")
-    if alibi_slopes is not None:
-        raise NotImplementedError("alibi_slopes is not supported yet: pass alibi_slopes=None")
-
-
 def _unit_last_stride(x: torch.Tensor) -> torch.Tensor:
     # any layout works as long as the head dim is contiguous; copy only when it is not
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None,
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
-    """Validate q, k, v of shape (batch, seqlen, nheads, headdim); returns them and the scale."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
+def _check_tensors(names: Sequence[str], tensors: Sequence[torch.Tensor], ndim: int, layout: str) -> None:
+    q = tensors[0]
+    for name, x in zip(names, tensors, strict=True):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != 4:
-            raise ValueError(f"{name} must have 4 dimensions (batch, seqlen, nheads, headdim), "
-                             f"got shape {tuple(x.shape)}")
+        if x.dim() != ndim:
+            raise ValueError(f"{name} must have {ndim} dimensions {layout}, got shape {tuple(x.shape)}")
     if q.dtype not in _SUPPORTED_DTYPES:
         raise TypeError(f"flashattn2 supports float16 and bfloat16 inputs, got q.dtype={q.dtype}")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
+    if any(x.dtype != q.dtype for x in tensors):
+        raise TypeError(f"q, k and v must share one dtype, got {', '.join(str(x.dtype) for x in tensors)}")
+    if any(x.device != q.device for x in tensors):
+        raise ValueError(f"q, k and v must be on one device, got {', '.join(str(x.device) for x in tensors)}")
     if q.device.type == "cpu":
         if not INTERPRET:
             raise ValueError("CPU tensors run only through the Triton interpreter: set TRITON_INTERPRET=1 "
@@ -116,38 +134,121 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale:
     elif q.device.type != "cuda":
         raise ValueError(f"flashattn2 runs on CUDA devices (or the CPU interpreter), got {q.device}")
 
-    batch, seqlen_q, nheads, head_dim = q.shape
-    _, seqlen_k, nheads_k, _ = k.shape
-    if k.shape[0] != batch or v.shape[0] != batch:
-        raise ValueError(f"batch sizes differ: q {batch}, k {k.shape[0]}, v {v.shape[0]}")
-    if v.shape[1] != seqlen_k:
-        raise ValueError(f"k and v must have the same seqlen, got {seqlen_k} and {v.shape[1]}")
-    if v.shape[2] != nheads_k:
-        raise ValueError(f"k and v must have the same number of heads, got {nheads_k} and {v.shape[2]}")
-    if k.shape[3] != head_dim or v.shape[3] != head_dim:
-        raise ValueError(f"head dims differ: q {head_dim}, k {k.shape[3]}, v {v.shape[3]}")
+
+def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Head counts and head dims, from the last two dimensions of dense or packed tensors."""
+    nheads, head_dim = q.shape[-2], q.shape[-1]
+    nheads_k = k.shape[-2]
+    if v.shape[-2] != nheads_k:
+        raise ValueError(f"k and v must have the same number of heads, got {nheads_k} and {v.shape[-2]}")
+    if k.shape[-1] != head_dim or v.shape[-1] != head_dim:
+        raise ValueError(f"head dims differ: q {head_dim}, k {k.shape[-1]}, v {v.shape[-1]}")
     if head_dim > MAX_HEAD_DIM or head_dim < 1:
         raise ValueError(f"head dim must be between 1 and {MAX_HEAD_DIM}, got {head_dim}")
     if nheads_k == 0 or nheads % nheads_k != 0:
         raise ValueError(f"the number of query heads ({nheads}) must be divisible by the number of "
                          f"key/value heads ({nheads_k})")
 
-    if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(head_dim)
-    else:
-        softmax_scale = float(softmax_scale)
-        if not (math.isfinite(softmax_scale) and softmax_scale > 0.0):
-            raise ValueError(f"softmax_scale must be a positive finite number, got {softmax_scale}")
 
-    q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if x.shape[1] * x.stride(1) >= _MAX_ROW_OFFSET:
+def _check_row_offsets(tensors: Sequence[torch.Tensor], names: Sequence[str], row_dim: int) -> None:
+    for name, x in zip(names, tensors, strict=True):
+        if x.shape[row_dim] * x.stride(row_dim) >= _MAX_ROW_OFFSET:
             raise ValueError(f"{name} is too large: seqlen * row stride must stay below 2**31 elements")
-    return q, k, v, softmax_scale
+
+
+def _softmax_scale(softmax_scale: float | None, head_dim: int) -> float:
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    softmax_scale = float(softmax_scale)
+    if not (math.isfinite(softmax_scale) and softmax_scale > 0.0):
+        raise ValueError(f"softmax_scale must be a positive finite number, got {softmax_scale}")
+    return softmax_scale
+
+
+def _check_options(q: torch.Tensor, batch: int, nheads: int, dropout_p: float, causal: bool,
+                   window_size: Sequence[int], softcap: float, alibi_slopes: torch.Tensor | None,
+                   ) -> tuple[int, int, float, float, torch.Tensor | None, torch.Tensor | None]:
+    """Validate the features; returns (window_left, window_right, softcap, dropout_p, alibi_slopes, rng_seed)."""
+    dropout_p = float(dropout_p)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if isinstance(window_size, (str, bytes)) or len(window_size) != 2:
+        raise ValueError(f"window_size must be a pair (left, right), got {window_size!r}")
+    left, right = (int(w) for w in window_size)
+    # -1 (any negative) is unbounded; causal is the window's right edge at the diagonal
+    left, right = max(left, -1), max(right, -1)
+    if causal:
+        right = 0
+    softcap = float(softcap)
+    if not (math.isfinite(softcap) and softcap >= 0.0):
+        raise ValueError(f"softcap must be a finite number >= 0, got {softcap}")
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, torch.Tensor):
+            raise TypeError(f"alibi_slopes must be a torch.Tensor, got {type(alibi_slopes).__name__}")
+        if alibi_slopes.dtype != torch.float32:
+            raise TypeError(f"alibi_slopes must be float32, got {alibi_slopes.dtype}")
+        if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
+            raise ValueError(f"alibi_slopes must have shape (nheads,) = ({nheads},) or (batch, nheads) = "
+                             f"({batch}, {nheads}), got {tuple(alibi_slopes.shape)}")
+        if alibi_slopes.device != q.device:
+            raise ValueError(f"alibi_slopes must be on {q.device}, got {alibi_slopes.device}")
+        alibi_slopes = _unit_last_stride(alibi_slopes)
+    # dropout's Philox seed comes from torch's generator, so torch.manual_seed makes runs repeatable
+    rng_seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device) if dropout_p > 0 else None
+    return left, right, softcap, dropout_p, alibi_slopes, rng_seed
+
+
+def _check_cu_seqlens(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
+                      max_seqlen_k: int, q: torch.Tensor) -> None:
+    """Shapes and types here; the values are checked inside the op (they need the device)."""
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(cu, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
+        if cu.dtype != torch.int32:
+            raise TypeError(f"{name} must be int32, got {cu.dtype}")
+        if cu.dim() != 1 or cu.shape[0] < 1:
+            raise ValueError(f"{name} must have shape (batch + 1,), got {tuple(cu.shape)}")
+        if cu.device != q.device:
+            raise ValueError(f"{name} must be on {q.device}, got {cu.device}")
+    if cu_seqlens_q.shape != cu_seqlens_k.shape:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got "
+                         f"{cu_seqlens_q.shape[0]} and {cu_seqlens_k.shape[0]}")
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {m!r}")
+
+
+def _check_cu_seqlens_values(cu: torch.Tensor, total: int, max_seqlen: int, name: str) -> None:
+    """cu[0] == 0, non-decreasing, cu[-1] == total and no sequence longer than max_seqlen: a wrong value
+    would read out of bounds or skip keys, so it is refused (one device sync per call)."""
+    lengths = cu[1:] - cu[:-1]
+    stats = torch.stack([cu[0], cu[-1], lengths.min() if lengths.numel() else cu[0] * 0,
+                         lengths.max() if lengths.numel() else cu[0] * 0]).tolist()
+    first, last, shortest, longest = stats
+    if first != 0 or last != total or shortest < 0:
+        raise ValueError(f"{name} must start at 0, not decrease, and end at the number of rows ({total}); "
+                         f"got first {first}, last {last}, shortest sequence {shortest}")
+    if longest > max_seqlen:
+        raise ValueError(f"{name} has a sequence of length {longest}, longer than max_seqlen = {max_seqlen}")
 
 
 # ----------------------------------------------------------------------------------------------
 # public API (flash_attn 2.x names, argument order, defaults and return values)
+
+
+def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+               causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs):
+    """Shared by every public function once the layout (dense or packed) has been checked."""
+    batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
+    left, right, softcap, dropout_p, alibi_slopes, rng_seed = _check_options(
+        q, batch, q.shape[-2], dropout_p, bool(causal), window_size, softcap, alibi_slopes)
+    softmax_scale = _softmax_scale(softmax_scale, q.shape[-1])
+    out, lse, probs = _fwd_op(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, max_seqlen_q,
+                              max_seqlen_k, softmax_scale, left, right, softcap, dropout_p, bool(deterministic),
+                              bool(return_attn_probs and dropout_p > 0))
+    if not return_attn_probs:
+        return out
+    return out, lse, probs if dropout_p > 0 else None
 
 
 def flash_attn_func(
@@ -181,19 +282,24 @@ def flash_attn_func(
         1 1
     If the row of the mask is all zero, the output will be zero.
 
+    If window_size != (-1, -1), implements sliding window local attention. Query at position i
+    will only attend to keys between
+    [i + seqlen_k - seqlen_q - window_size[0], i + seqlen_k - seqlen_q + window_size[1]] inclusive.
+
     Arguments:
         q: (batch_size, seqlen, nheads, headdim)
         k: (batch_size, seqlen, nheads_k, headdim)
         v: (batch_size, seqlen, nheads_k, headdim)
-        dropout_p: float. Dropout probability. Only 0.0 is supported in this release.
+        dropout_p: float. Dropout probability.
         softmax_scale: float. The scaling of QK^T before applying softmax.
             Default to 1 / sqrt(headdim).
         causal: bool. Whether to apply causal attention mask (e.g., for auto-regressive modeling).
-        window_size: (left, right). Only (-1, -1) (no sliding window) is supported in this release.
-        softcap: float. Only 0.0 (no softcapping) is supported in this release.
-        alibi_slopes: Only None is supported in this release.
+        window_size: (left, right). If not (-1, -1), implements sliding window local attention.
+        softcap: float. Anything > 0 activates softcapping attention.
+        alibi_slopes: (nheads,) or (batch_size, nheads), fp32. A bias of
+            (-alibi_slope * |i + seqlen_k - seqlen_q - j|) is added to the attention score of query i and key j.
         deterministic: bool. Whether to use the deterministic implementation of the backward pass,
-            which is slightly slower and uses no atomic adds.
+            which is slightly slower and uses more memory. The forward pass is always deterministic.
         return_attn_probs: bool. Whether to return the attention probabilities. This option is for
            testing only. The returned probabilities are not guaranteed to be correct
            (they might not have the right scaling).
@@ -202,13 +308,22 @@ def flash_attn_func(
         softmax_lse [optional, if return_attn_probs=True]: (batch_size, nheads, seqlen). The
             logsumexp of each row of the matrix QK^T * scaling (e.g., log of the softmax
             normalization factor).
-        S_dmask [optional, if return_attn_probs=True]: None while dropout is unsupported (flash_attn
-            returns the dropout mask only when dropout_p > 0).
+        S_dmask [optional, if return_attn_probs=True]: (batch_size, nheads, seqlen, seqlen).
+            The output of softmax (possibly with different scaling). It also encodes the dropout
+            pattern (negative means that location was dropped, nonnegative means it was kept).
+            None when dropout_p == 0.
     """
-    _check_unsupported(dropout_p, window_size, softcap, alibi_slopes)
-    q, k, v, softmax_scale = _check_qkv(q, k, v, softmax_scale)
-    out, lse = _fwd_op(q, k, v, softmax_scale, bool(causal), bool(deterministic))
-    return (out, lse, None) if return_attn_probs else out
+    _check_tensors(("q", "k", "v"), (q, k, v), 4, "(batch, seqlen, nheads, headdim)")
+    batch, seqlen_k = q.shape[0], k.shape[1]
+    if k.shape[0] != batch or v.shape[0] != batch:
+        raise ValueError(f"batch sizes differ: q {batch}, k {k.shape[0]}, v {v.shape[0]}")
+    if v.shape[1] != seqlen_k:
+        raise ValueError(f"k and v must have the same seqlen, got {seqlen_k} and {v.shape[1]}")
+    _check_heads(q, k, v)
+    q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
+    _check_row_offsets((q, k, v), ("q", "k", "v"), 1)
+    return _attention(q, k, v, None, None, q.shape[1], seqlen_k, dropout_p, softmax_scale, causal, window_size,
+                      softcap, alibi_slopes, deterministic, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(
@@ -233,10 +348,7 @@ def flash_attn_qkvpacked_func(
         qkv: (batch_size, seqlen, 3, nheads, headdim)
         Other arguments and the return values are those of flash_attn_func.
     """
-    if not isinstance(qkv, torch.Tensor):
-        raise TypeError(f"qkv must be a torch.Tensor, got {type(qkv).__name__}")
-    if qkv.dim() != 5 or qkv.shape[2] != 3:
-        raise ValueError(f"qkv must have shape (batch, seqlen, 3, nheads, headdim), got {tuple(qkv.shape)}")
+    _check_packed("qkv", qkv, 5, 3, "(batch, seqlen, 3, nheads, headdim)")
     q, k, v = qkv.unbind(dim=2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                            deterministic, return_attn_probs)
@@ -266,10 +378,137 @@ def flash_attn_kvpacked_func(
         kv: (batch_size, seqlen, 2, nheads_k, headdim)
         Other arguments and the return values are those of flash_attn_func.
     """
-    if not isinstance(kv, torch.Tensor):
-        raise TypeError(f"kv must be a torch.Tensor, got {type(kv).__name__}")
-    if kv.dim() != 5 or kv.shape[2] != 2:
-        raise ValueError(f"kv must have shape (batch, seqlen, 2, nheads_k, headdim), got {tuple(kv.shape)}")
+    _check_packed("kv", kv, 5, 2, "(batch, seqlen, 2, nheads_k, headdim)")
     k, v = kv.unbind(dim=2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                            deterministic, return_attn_probs)
+
+
+def _check_packed(name: str, x: torch.Tensor, ndim: int, count: int, layout: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != ndim or x.shape[-3] != count:
+        raise ValueError(f"{name} must have shape {layout}, got {tuple(x.shape)}")
+
+
+def flash_attn_varlen_func(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    block_table: torch.Tensor | None = None,
+):
+    """dropout_p should be set to 0.0 during evaluation
+    Supports multi-query and grouped-query attention (MQA/GQA) by passing in K, V with fewer heads
+    than Q. Note that the number of heads in Q must be divisible by the number of heads in KV.
+
+    If causal=True, the causal mask is aligned to the bottom right corner of the attention matrix
+    of each sequence (see flash_attn_func). If the row of the mask is all zero, the output will be zero.
+
+    Arguments:
+        q: (total_q, nheads, headdim), where total_q = total number of query tokens in the batch.
+        k: (total_k, nheads_k, headdim), where total_k = total number of key tokens in the batch.
+        v: (total_k, nheads_k, headdim), where total_k = total number of key tokens in the batch.
+        cu_seqlens_q: (batch_size + 1,), dtype torch.int32. The cumulative sequence lengths
+           of the sequences in the batch, used to index into q.
+        cu_seqlens_k: (batch_size + 1,), dtype torch.int32. The cumulative sequence lengths
+           of the sequences in the batch, used to index into kv.
+        max_seqlen_q: int. Maximum query sequence length in the batch.
+        max_seqlen_k: int. Maximum key sequence length in the batch.
+        block_table: paged KV cache; not supported in this release (NotImplementedError).
+        Other arguments are those of flash_attn_func.
+    Return:
+        out: (total, nheads, headdim).
+        softmax_lse [optional, if return_attn_probs=True]: (nheads, total_q_seqlen). The
+            logsumexp of each row of the matrix QK^T * scaling (e.g., log of the softmax
+            normalization factor).
+        S_dmask [optional, if return_attn_probs=True]: (batch_size, nheads, max_seqlen_q, max_seqlen_k),
+            flash_attn's encoding (see flash_attn_func); None when dropout_p == 0.
+    """
+    if block_table is not None:
+        raise NotImplementedError("block_table (paged KV cache) is not supported yet: pass block_table=None")
+    _check_tensors(("q", "k", "v"), (q, k, v), 3, "(total, nheads, headdim)")
+    if v.shape[0] != k.shape[0]:
+        raise ValueError(f"k and v must have the same number of rows, got {k.shape[0]} and {v.shape[0]}")
+    _check_heads(q, k, v)
+    _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q)
+    q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
+    _check_row_offsets((q, k, v), ("q", "k", "v"), 0)
+    return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                      softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(
+    qkv: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+):
+    """dropout_p should be set to 0.0 during evaluation
+    If Q, K, V are already stacked into 1 tensor, this function will be faster than
+    calling flash_attn_varlen_func on Q, K, V since the backward pass avoids explicit concatenation
+    of the gradients of Q, K, V.
+
+    Arguments:
+        qkv: (total, 3, nheads, headdim), where total = total number of tokens in the batch.
+        cu_seqlens: (batch_size + 1,), dtype torch.int32. The cumulative sequence lengths
+           of the sequences in the batch, used to index into qkv.
+        max_seqlen: int. Maximum sequence length in the batch.
+        Other arguments and the return values are those of flash_attn_varlen_func.
+    """
+    _check_packed("qkv", qkv, 4, 3, "(total, 3, nheads, headdim)")
+    q, k, v = qkv.unbind(dim=1)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
+                                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+):
+    """dropout_p should be set to 0.0 during evaluation
+    If K, V are already stacked into 1 tensor, this function will be faster than
+    calling flash_attn_varlen_func on Q, K, V since the backward pass avoids explicit concatenation
+    of the gradients of K, V.
+
+    Arguments:
+        q: (total_q, nheads, headdim), where total_q = total number of query tokens in the batch.
+        kv: (total_k, 2, nheads_k, headdim), where total_k = total number of key tokens in the batch.
+        Other arguments and the return values are those of flash_attn_varlen_func.
+    """
+    _check_packed("kv", kv, 4, 2, "(total, 2, nheads_k, headdim)")
+    k, v = kv.unbind(dim=1)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs)

@@ -10,34 +10,66 @@ import torch
 
 def causal_mask(seqlen_q: int, seqlen_k: int, device: torch.device | str | None = None) -> torch.Tensor:
     """True where query i must NOT see key j: bottom-right aligned, j > i + seqlen_k - seqlen_q."""
-    rows = torch.arange(seqlen_q, device=device)[:, None]
+    return window_mask(seqlen_q, seqlen_k, (-1, 0), device)
+
+
+def window_mask(seqlen_q: int, seqlen_k: int, window_size: tuple[int, int],
+                device: torch.device | str | None = None) -> torch.Tensor:
+    """True where query i must NOT see key j: outside
+    [i + seqlen_k - seqlen_q - left, i + seqlen_k - seqlen_q + right]; a negative side is unbounded."""
+    left, right = window_size
+    diag = torch.arange(seqlen_q, device=device)[:, None] + (seqlen_k - seqlen_q)
     cols = torch.arange(seqlen_k, device=device)[None, :]
-    return cols > rows + (seqlen_k - seqlen_q)
+    hidden = torch.zeros(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if right >= 0:
+        hidden |= cols > diag + right
+    if left >= 0:
+        hidden |= cols < diag - left
+    return hidden
 
 
 def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
-                  causal: bool = False, upcast: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                  causal: bool = False, window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                  alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0,
+                  dropout_mask: torch.Tensor | None = None, upcast: bool = True,
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact attention on (batch, seqlen, nheads, headdim) tensors; returns (out, lse).
 
     upcast=True computes in float64 (the oracle) and returns float64; upcast=False computes in the
     input dtype, the way a plain PyTorch model would, to measure how much error that dtype costs.
-    GQA: query head h reads kv head h // (nheads // nheads_k). lse is float32-or-wider, shaped
-    (batch, nheads, seqlen_q), natural log; rows that see no key give out = 0 and lse = +inf.
+    GQA: query head h reads kv head h // (nheads // nheads_k). Scores are scale * q.k, then
+    softcap * tanh(scores / softcap), then minus alibi_slope * |i + seqlen_k - seqlen_q - j|, then the
+    window (causal = right edge 0) masks them. dropout_mask (batch, nheads, seqlen_q, seqlen_k), True
+    where kept, applies dropout with probability dropout_p to the probabilities that reach v; lse is that
+    of the scores, without dropout, shaped (batch, nheads, seqlen_q), natural log. Rows that see no key
+    give out = 0 and lse = +inf.
     """
     if upcast:
         q, k, v = q.double(), k.double(), v.double()
-    seqlen_q, nheads, head_dim = q.shape[1], q.shape[2], q.shape[3]
+    batch, seqlen_q, nheads, head_dim = q.shape
     seqlen_k, nheads_k = k.shape[1], k.shape[2]
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
     k = k.repeat_interleave(nheads // nheads_k, dim=2)
     v = v.repeat_interleave(nheads // nheads_k, dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(scores.dtype).reshape(-1 if alibi_slopes.dim() == 2 else 1, nheads, 1, 1)
+        rows = torch.arange(seqlen_q, device=q.device)[:, None] + (seqlen_k - seqlen_q)
+        dist = (rows - torch.arange(seqlen_k, device=q.device)[None, :]).abs()
+        scores = scores - slopes * dist.to(scores.dtype)
+    left, right = window_size
     if causal:
-        scores = scores.masked_fill(causal_mask(seqlen_q, seqlen_k, q.device), float("-inf"))
+        right = 0
+    if left >= 0 or right >= 0:
+        scores = scores.masked_fill(window_mask(seqlen_q, seqlen_k, (left, right), q.device), float("-inf"))
     empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
     # keep empty rows finite through softmax (and its backward), then zero them
     scores = scores.masked_fill(empty, 0.0)
     probs = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)
+    if dropout_mask is not None:
+        probs = probs.masked_fill(~dropout_mask, 0.0) / (1.0 - dropout_p)
     out = torch.einsum("bhqk,bkhd->bqhd", probs.to(v.dtype), v)
     lse = torch.logsumexp(scores.float() if not upcast else scores, dim=-1)
     lse = lse.masked_fill(empty.squeeze(-1), float("inf"))

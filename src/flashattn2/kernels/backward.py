@@ -3,12 +3,14 @@
 1. preprocess: Delta = rowsum(dO * O), one fp32 per query row.
 2. dK/dV: one program per (key tile, batch x kv-head) keeps K, V and the dK, dV accumulators on chip
    and loops over the query heads of its group and their query tiles, recomputing P from the stored
-   log-sum-exp. With ATOMIC_DQ it also adds dS K into an fp32 dQ buffer.
-3. dQ (the deterministic path, no atomics): one program per (query tile, batch x head) loops over key
-   tiles and recomputes P and dP.
-"""
+   log-sum-exp (and the dropout mask from its seed). With ATOMIC_DQ it also adds dS K into an fp32 dQ
+   buffer.
+3. dQ (no atomics, so bitwise reproducible): one program per (query tile, batch x head) loops over
+   key tiles and recomputes P and dP.
 
-import math
+With s the final scores, dS = P * (dP - Delta); the softcap adds its derivative 1 - tanh^2, and the
+softmax scale is applied once, when dQ and dK are stored.
+"""
 
 import torch
 import triton
@@ -18,40 +20,50 @@ from . import common
 from .block_range import kv_range_for_q_tile, q_range_for_kv_tile
 from .common import INTERPRET, LOG2E, load_rows, mma, padded_head_dim, round_to, store_rows
 from .configs import BwdConfig, bwd_config
+from .dropout import dropout_keep
 from .mask import score_mask
-
-_LOG2E = math.log2(math.e)
+from .params import AttnOptions, lse_strides, problem_dims, row_strides
+from .scores import transformed_scores
+from .seqlen_info import sequence_bounds
 
 
 @triton.jit
 def bwd_preprocess_kernel(
-    Out, dOut, Delta,
-    stride_ob, stride_om, stride_oh, stride_dob, stride_dom, stride_doh,
+    Out, dOut, Delta, CuSeqlensQ,
+    stride_ob, stride_om, stride_oh, stride_dob, stride_dom, stride_doh, stride_lse_b, stride_lse_h,
     nheads, seqlen_q,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):
     """Delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d], the row term of dS = P * (dP - Delta)."""
     start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
-    off_b = (pid_bh // nheads).to(tl.int64)
+    off_b = pid_bh // nheads
     off_h = (pid_bh % nheads).to(tl.int64)
+    q_start, seqlen_q, _, _ = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensQ, seqlen_q, seqlen_q, IS_VARLEN)
+    if start_m >= seqlen_q:
+        return
+    off_b = off_b.to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    o = load_rows(Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :],
+    rows = (q_start + offs_m[:, None]).to(tl.int64)
+    o = load_rows(Out + off_b * stride_ob + off_h * stride_oh + rows * stride_om + offs_d[None, :],
                   offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
-    do = load_rows(dOut + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
-                   + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
+    do = load_rows(dOut + off_b * stride_dob + off_h * stride_doh + rows * stride_dom + offs_d[None, :],
+                   offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
-    tl.store(Delta + pid_bh.to(tl.int64) * seqlen_q + offs_m, delta, mask=offs_m < seqlen_q)
+    tl.store(Delta + off_b * stride_lse_b + off_h * stride_lse_h + q_start + offs_m, delta,
+             mask=offs_m < seqlen_q)
 
 
 @triton.jit
 def _dkdv_from_q_tiles(dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
-                       stride_qm, stride_dom, stride_dqm, offs_n, offs_d,
-                       m_lo, m_hi, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+                       stride_qm, stride_dom, stride_dqm, offs_n, offs_d, m_lo, m_hi,
+                       seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
+                       softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
                        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                       IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-                       INTERPRET: tl.constexpr):
+                       HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                       HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
+                       ATOMIC_DQ: tl.constexpr, INTERPRET: tl.constexpr):
     """Accumulate dK, dV of one key tile over query tiles [m_lo, m_hi), working on transposed scores
     (keys x queries) so that P^T and dS^T feed the dV and dK matmuls without a transpose."""
     offs_m0 = tl.arange(0, BLOCK_M)
@@ -61,17 +73,34 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_b
                       HEAD_DIM, BLOCK_D, True)
         # rows past seqlen_q load lse = +inf, which makes their probabilities exactly 0
         lse = tl.load(lse_base + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
-        qkT = mma(k, tl.trans(q), None, INTERPRET)
+        sT = mma(k, tl.trans(q), None, INTERPRET)
+        if HAS_SOFTCAP or HAS_ALIBI:
+            sT, tanhT = transformed_scores(sT, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
+                                           softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
+            scale_log2 = 1.0
+        else:
+            scale_log2 = qk_scale
         if MASKED:
-            visible = score_mask(offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, IS_CAUSAL)
-            qkT = tl.where(visible, qkT, float("-inf"))
-        pT = tl.math.exp2(qkT * qk_scale - lse[None, :])
+            visible = score_mask(offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, window_left,
+                                 window_right, HAS_LEFT, HAS_RIGHT)
+            sT = tl.where(visible, sT, float("-inf"))
+        pT = tl.math.exp2(sT * scale_log2 - lse[None, :])
         do = load_rows(do_base + offs_m[:, None] * stride_dom + offs_d[None, :], offs_m, seqlen_q, offs_d,
                        HEAD_DIM, BLOCK_D, True)
-        dv = mma(round_to(pT, do.dtype, INTERPRET), do, dv, INTERPRET)
-        delta = tl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
         dpT = mma(v, tl.trans(do), None, INTERPRET)
-        dsT = round_to(pT * (dpT - delta[None, :]), q.dtype, INTERPRET)
+        if HAS_DROPOUT:
+            # the same bits as the forward: dV sees the dropped, rescaled P, dP flows back through them
+            keepT = dropout_keep(seed, offs_m[None, :], offs_n[:, None], head_idx, dropout_p)
+            rescale = 1.0 / (1.0 - dropout_p)
+            dv = mma(round_to(tl.where(keepT, pT * rescale, 0.0), do.dtype, INTERPRET), do, dv, INTERPRET)
+            dpT = tl.where(keepT, dpT * rescale, 0.0)
+        else:
+            dv = mma(round_to(pT, do.dtype, INTERPRET), do, dv, INTERPRET)
+        delta = tl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+        dsT = pT * (dpT - delta[None, :])
+        if HAS_SOFTCAP:
+            dsT = dsT * (1.0 - tanhT * tanhT)
+        dsT = round_to(dsT, q.dtype, INTERPRET)
         dk = mma(dsT, q, dk, INTERPRET)
         if ATOMIC_DQ:
             dq = mma(tl.trans(dsT), k, None, INTERPRET) * softmax_scale
@@ -85,7 +114,7 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_b
 
 @triton.jit
 def attention_bwd_dkdv_kernel(
-    Q, K, V, dOut, Lse, Delta, dQ, dK, dV,
+    Q, K, V, dOut, Lse, Delta, dQ, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
     stride_qb, stride_qm, stride_qh,
     stride_kb, stride_kn, stride_kh,
     stride_vb, stride_vn, stride_vh,
@@ -93,56 +122,94 @@ def attention_bwd_dkdv_kernel(
     stride_dqb, stride_dqm, stride_dqh,
     stride_dkb, stride_dkn, stride_dkh,
     stride_dvb, stride_dvn, stride_dvh,
-    nheads, nheads_k, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+    stride_lse_b, stride_lse_h, stride_alibi_b,
+    nheads, nheads_k, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
+    softcap_in2, softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, INTERPRET: tl.constexpr,
+    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """dK and dV for one key tile of one kv head, summed over the query heads that share it (GQA)."""
     start_n = tl.program_id(0) * BLOCK_N
     pid_bhk = tl.program_id(1)
-    off_b = (pid_bhk // nheads_k).to(tl.int64)
-    off_hk = (pid_bhk % nheads_k).to(tl.int64)
+    off_b = pid_bhk // nheads_k
+    off_hk = pid_bhk % nheads_k
+    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
+                                                           IS_VARLEN)
+    if start_n >= seqlen_k:
+        return
     group = nheads // nheads_k
+    off_b64 = off_b.to(tl.int64)
+    q_start64 = q_start.to(tl.int64)
+    k_start64 = k_start.to(tl.int64)
 
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    k = load_rows(K + off_b * stride_kb + off_hk * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
-                  offs_n, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, True)
-    v = load_rows(V + off_b * stride_vb + off_hk * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
-                  offs_n, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, True)
+    k_base = K + off_b64 * stride_kb + k_start64 * stride_kn + off_hk.to(tl.int64) * stride_kh
+    v_base = V + off_b64 * stride_vb + k_start64 * stride_vn + off_hk.to(tl.int64) * stride_vh
+    k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d,
+                  HEAD_DIM, BLOCK_D, True)
+    v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d,
+                  HEAD_DIM, BLOCK_D, True)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    seed = 0
+    if HAS_DROPOUT:
+        seed = tl.load(Seed)
 
-    m_begin, m_masked_end, m_end = q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N,
-                                                       IS_CAUSAL)
-    for off_h in range(off_hk * group, off_hk * group + group):
-        q_base = Q + off_b * stride_qb + off_h * stride_qh
-        do_base = dOut + off_b * stride_dob + off_h * stride_doh
-        dq_base = dQ + off_b * stride_dqb + off_h * stride_dqh
-        row_base = (off_b * nheads + off_h) * seqlen_q
-        # query tiles that the diagonal or a sequence end crosses, then those that see the whole tile
-        dk, dv = _dkdv_from_q_tiles(dk, dv, k, v, q_base, do_base, dq_base, Lse + row_base, Delta + row_base,
-                                    stride_qm, stride_dom, stride_dqm, offs_n, offs_d,
-                                    m_begin, m_masked_end, seqlen_q, seqlen_k, qk_scale, softmax_scale,
-                                    HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, True, ATOMIC_DQ, INTERPRET)
-        dk, dv = _dkdv_from_q_tiles(dk, dv, k, v, q_base, do_base, dq_base, Lse + row_base, Delta + row_base,
-                                    stride_qm, stride_dom, stride_dqm, offs_n, offs_d,
-                                    m_masked_end, m_end, seqlen_q, seqlen_k, qk_scale, softmax_scale,
-                                    HEAD_DIM, BLOCK_D, BLOCK_M, IS_CAUSAL, False, ATOMIC_DQ, INTERPRET)
+    m_lo, m_full_lo, m_full_hi, m_hi = q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, window_left,
+                                                           window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    for g in range(0, group):
+        off_h = off_hk * group + g
+        off_h64 = off_h.to(tl.int64)
+        q_base = Q + off_b64 * stride_qb + q_start64 * stride_qm + off_h64 * stride_qh
+        do_base = dOut + off_b64 * stride_dob + q_start64 * stride_dom + off_h64 * stride_doh
+        dq_base = dQ + off_b64 * stride_dqb + q_start64 * stride_dqm + off_h64 * stride_dqh
+        row_off = off_b64 * stride_lse_b + off_h64 * stride_lse_h + q_start
+        alibi_slope = 0.0
+        if HAS_ALIBI:
+            alibi_slope = tl.load(AlibiSlopes + off_b64 * stride_alibi_b + off_h) * LOG2E
+        head_idx = off_b * nheads + off_h
+        # rows the diagonal (window's right edge) or a sequence end crosses, rows that see the whole
+        # tile, then rows cut by the window's left edge
+        dk, dv = _dkdv_from_q_tiles(
+            dk, dv, k, v, q_base, do_base, dq_base, Lse + row_off, Delta + row_off, stride_qm, stride_dom,
+            stride_dqm, offs_n, offs_d, m_lo, m_full_lo, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+            window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
+            HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, True,
+            ATOMIC_DQ, INTERPRET)
+        dk, dv = _dkdv_from_q_tiles(
+            dk, dv, k, v, q_base, do_base, dq_base, Lse + row_off, Delta + row_off, stride_qm, stride_dom,
+            stride_dqm, offs_n, offs_d, m_full_lo, m_full_hi, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+            window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
+            HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, False,
+            ATOMIC_DQ, INTERPRET)
+        if HAS_LEFT:
+            dk, dv = _dkdv_from_q_tiles(
+                dk, dv, k, v, q_base, do_base, dq_base, Lse + row_off, Delta + row_off, stride_qm, stride_dom,
+                stride_dqm, offs_n, offs_d, m_full_hi, m_hi, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+                window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
+                HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, True,
+                ATOMIC_DQ, INTERPRET)
 
     # dK = scale * dS^T Q: the softmax scale is applied once, here
-    store_rows(dK + off_b * stride_dkb + off_hk * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :],
+    dk_base = dK + off_b64 * stride_dkb + k_start64 * stride_dkn + off_hk.to(tl.int64) * stride_dkh
+    dv_base = dV + off_b64 * stride_dvb + k_start64 * stride_dvn + off_hk.to(tl.int64) * stride_dvh
+    store_rows(dk_base + offs_n[:, None] * stride_dkn + offs_d[None, :],
                round_to(dk * softmax_scale, dK.dtype.element_ty, INTERPRET),
                offs_n, seqlen_k, offs_d, HEAD_DIM, BLOCK_D)
-    store_rows(dV + off_b * stride_dvb + off_hk * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :],
+    store_rows(dv_base + offs_n[:, None] * stride_dvn + offs_d[None, :],
                round_to(dv, dV.dtype.element_ty, INTERPRET), offs_n, seqlen_k, offs_d, HEAD_DIM, BLOCK_D)
 
 
 @triton.jit
 def _dq_from_kv_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d,
-                      n_lo, n_hi, seqlen_q, seqlen_k, qk_scale,
+                      n_lo, n_hi, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+                      softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
                       HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                      IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr, INTERPRET: tl.constexpr):
+                      HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                      HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
+                      INTERPRET: tl.constexpr):
     """Accumulate dQ of one query tile over key tiles [n_lo, n_hi)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(n_lo, n_hi, BLOCK_N):
@@ -151,118 +218,152 @@ def _dq_from_kv_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_v
                       HEAD_DIM, BLOCK_D, MASKED)
         v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d,
                       HEAD_DIM, BLOCK_D, MASKED)
-        qk = mma(q, tl.trans(k), None, INTERPRET)
+        s = mma(q, tl.trans(k), None, INTERPRET)
+        if HAS_SOFTCAP or HAS_ALIBI:
+            s, tanh_s = transformed_scores(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale,
+                                           softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
+            scale_log2 = 1.0
+        else:
+            scale_log2 = qk_scale
         if MASKED:
-            visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, IS_CAUSAL)
-            qk = tl.where(visible, qk, float("-inf"))
-        p = tl.math.exp2(qk * qk_scale - lse[:, None])
+            visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left,
+                                 window_right, HAS_LEFT, HAS_RIGHT)
+            s = tl.where(visible, s, float("-inf"))
+        p = tl.math.exp2(s * scale_log2 - lse[:, None])
         dp = mma(do, tl.trans(v), None, INTERPRET)
-        ds = round_to(p * (dp - delta[:, None]), k.dtype, INTERPRET)
-        dq = mma(ds, k, dq, INTERPRET)
+        if HAS_DROPOUT:
+            keep = dropout_keep(seed, offs_m[:, None], offs_n[None, :], head_idx, dropout_p)
+            dp = tl.where(keep, dp * (1.0 / (1.0 - dropout_p)), 0.0)
+        ds = p * (dp - delta[:, None])
+        if HAS_SOFTCAP:
+            ds = ds * (1.0 - tanh_s * tanh_s)
+        dq = mma(round_to(ds, k.dtype, INTERPRET), k, dq, INTERPRET)
     return dq
 
 
 @triton.jit
 def attention_bwd_dq_kernel(
-    Q, K, V, dOut, Lse, Delta, dQ,
+    Q, K, V, dOut, Lse, Delta, dQ, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
     stride_qb, stride_qm, stride_qh,
     stride_kb, stride_kn, stride_kh,
     stride_vb, stride_vn, stride_vh,
     stride_dob, stride_dom, stride_doh,
     stride_dqb, stride_dqm, stride_dqh,
-    nheads, group, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+    stride_lse_b, stride_lse_h, stride_alibi_b,
+    nheads, group, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
+    softcap_in2, softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, INTERPRET: tl.constexpr,
+    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """dQ for one query tile: no atomics, so it is bitwise reproducible."""
     start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
-    off_b = (pid_bh // nheads).to(tl.int64)
+    off_b = pid_bh // nheads
     off_h = pid_bh % nheads
+    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
+                                                           IS_VARLEN)
+    if start_m >= seqlen_q:
+        return
+    off_b64 = off_b.to(tl.int64)
+    off_h64 = off_h.to(tl.int64)
     off_hk = (off_h // group).to(tl.int64)
-    off_h = off_h.to(tl.int64)
+    q_start64 = q_start.to(tl.int64)
+    k_start64 = k_start.to(tl.int64)
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    q = load_rows(Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
-                  offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
-    do = load_rows(dOut + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dom
-                   + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
-    row_base = pid_bh.to(tl.int64) * seqlen_q
-    lse = tl.load(Lse + row_base + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
-    delta = tl.load(Delta + row_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+    q = load_rows(Q + off_b64 * stride_qb + q_start64 * stride_qm + off_h64 * stride_qh
+                  + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
+    do = load_rows(dOut + off_b64 * stride_dob + q_start64 * stride_dom + off_h64 * stride_doh
+                   + offs_m[:, None] * stride_dom + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D,
+                   True)
+    row_off = off_b64 * stride_lse_b + off_h64 * stride_lse_h + q_start
+    lse = tl.load(Lse + row_off + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
+    delta = tl.load(Delta + row_off + offs_m, mask=offs_m < seqlen_q, other=0.0)
+    alibi_slope = 0.0
+    if HAS_ALIBI:
+        alibi_slope = tl.load(AlibiSlopes + off_b64 * stride_alibi_b + off_h) * LOG2E
+    seed = 0
+    if HAS_DROPOUT:
+        seed = tl.load(Seed)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    k_base = K + off_b * stride_kb + off_hk * stride_kh
-    v_base = V + off_b * stride_vb + off_hk * stride_vh
-    n_full, n_end = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    dq = _dq_from_kv_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d,
-                           0, n_full, seqlen_q, seqlen_k, qk_scale,
-                           HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, False, INTERPRET)
-    dq = _dq_from_kv_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d,
-                           n_full, n_end, seqlen_q, seqlen_k, qk_scale,
-                           HEAD_DIM, BLOCK_D, BLOCK_N, IS_CAUSAL, True, INTERPRET)
-    store_rows(dQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :],
+    k_base = K + off_b64 * stride_kb + k_start64 * stride_kn + off_hk * stride_kh
+    v_base = V + off_b64 * stride_vb + k_start64 * stride_vn + off_hk * stride_vh
+    n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, window_left,
+                                                           window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    if HAS_LEFT:
+        dq = _dq_from_kv_tiles(
+            dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_lo,
+            seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+            seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+            HAS_DROPOUT, True, INTERPRET)
+    dq = _dq_from_kv_tiles(
+        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_full_lo, n_full_hi,
+        seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+        seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+        HAS_DROPOUT, False, INTERPRET)
+    dq = _dq_from_kv_tiles(
+        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_full_hi, n_hi,
+        seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+        seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+        HAS_DROPOUT, True, INTERPRET)
+    store_rows(dQ + off_b64 * stride_dqb + q_start64 * stride_dqm + off_h64 * stride_dqh
+               + offs_m[:, None] * stride_dqm + offs_d[None, :],
                round_to(dq * softmax_scale, dQ.dtype.element_ty, INTERPRET),
                offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D)
 
 
 def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       out: torch.Tensor, lse: torch.Tensor, softmax_scale: float, causal: bool,
-                       deterministic: bool, config: BwdConfig | None = None,
+                       out: torch.Tensor, lse: torch.Tensor, opts: AttnOptions, deterministic: bool,
+                       max_seqlen_q: int = 0, max_seqlen_k: int = 0, config: BwdConfig | None = None,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launch the backward kernels; returns (dq, dk, dv) shaped like q, k, v."""
-    batch, seqlen_q, nheads, head_dim = q.shape
-    seqlen_k, nheads_k = k.shape[1], k.shape[2]
-    block_d = padded_head_dim(head_dim)
-    cfg = config or bwd_config(block_d, causal, q.device)
-    atomic_dq = cfg.atomic_dq and not deterministic
-    qk_scale = softmax_scale * _LOG2E
-    if q.numel() == 0 or k.numel() == 0:
+    batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts, max_seqlen_q, max_seqlen_k)
+    if q.numel() == 0 or k.numel() == 0 or batch == 0:
         # nothing to attend to (or nobody attending): every gradient is zero
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    block_d = padded_head_dim(head_dim)
+    cfg = config or bwd_config(block_d, opts.window_right == 0 and opts.window_left < 0, q.device)
+    atomic_dq = cfg.atomic_dq and not deterministic
+    varlen = opts.varlen
+    lse_sb, lse_sh = lse_strides(lse, varlen)
 
-    delta = common.empty((batch, nheads, seqlen_q), torch.float32, q.device)
+    delta = common.empty(lse.shape, torch.float32, q.device)
     pre_block = 64 if not INTERPRET else 32
     bwd_preprocess_kernel[(triton.cdiv(seqlen_q, pre_block), batch * nheads)](
-        out, dout, delta,
-        out.stride(0), out.stride(1), out.stride(2), dout.stride(0), dout.stride(1), dout.stride(2),
-        nheads, seqlen_q, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=pre_block,
+        out, dout, delta, opts.cu_seqlens_q, *row_strides(out, varlen), *row_strides(dout, varlen),
+        lse_sb, lse_sh, nheads, seqlen_q, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=pre_block,
+        IS_VARLEN=varlen,
     )
 
     dk = common.empty(k.shape, k.dtype, k.device)
     dv = common.empty(v.shape, v.dtype, v.device)
     # fp32 accumulation buffer for the atomic path; the dQ kernel writes dq directly
-    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else \
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else \
         common.empty(q.shape, q.dtype, q.device)
+    args = opts.kernel_args()
+    pointers = [args.pop(name) for name in ("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed")]
+    stride_alibi_b = args.pop("stride_alibi_b")
+    qk_scale = args.pop("qk_scale")
     attention_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, cfg.block_n), batch * nheads_k)](
-        q, k, v, dout, lse, delta, dq_acc, dk, dv,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        dout.stride(0), dout.stride(1), dout.stride(2),
-        dq_acc.stride(0), dq_acc.stride(1), dq_acc.stride(2),
-        dk.stride(0), dk.stride(1), dk.stride(2),
-        dv.stride(0), dv.stride(1), dv.stride(2),
-        nheads, nheads_k, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+        q, k, v, dout, lse, delta, dq, dk, dv, *pointers,
+        *row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
+        *row_strides(dq, varlen), *row_strides(dk, varlen), *row_strides(dv, varlen),
+        lse_sb, lse_sh, stride_alibi_b, nheads, nheads_k, seqlen_q, seqlen_k, qk_scale, opts.softmax_scale,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        IS_CAUSAL=causal, ATOMIC_DQ=atomic_dq, INTERPRET=INTERPRET,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        ATOMIC_DQ=atomic_dq, INTERPRET=INTERPRET, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **args,
     )
     if atomic_dq:
-        return dq_acc.to(q.dtype), dk, dv
+        return dq.to(q.dtype), dk, dv
 
-    dq = dq_acc
     attention_bwd_dq_kernel[(triton.cdiv(seqlen_q, cfg.dq_block_m), batch * nheads)](
-        q, k, v, dout, lse, delta, dq,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        dout.stride(0), dout.stride(1), dout.stride(2),
-        dq.stride(0), dq.stride(1), dq.stride(2),
-        nheads, nheads // nheads_k, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+        q, k, v, dout, lse, delta, dq, *pointers,
+        *row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
+        *row_strides(dq, varlen), lse_sb, lse_sh, stride_alibi_b,
+        nheads, nheads // nheads_k, seqlen_q, seqlen_k, qk_scale, opts.softmax_scale,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n,
-        IS_CAUSAL=causal, INTERPRET=INTERPRET,
-        num_warps=cfg.dq_num_warps, num_stages=cfg.dq_num_stages,
+        INTERPRET=INTERPRET, num_warps=cfg.dq_num_warps, num_stages=cfg.dq_num_stages, **args,
     )
     return dq, dk, dv

@@ -1,8 +1,10 @@
 """Which tiles a program visits.
 
-Causal masks are aligned to the bottom-right corner (flash_attn >= 2.1): query i sees key j iff
-j <= i + seqlen_k - seqlen_q. Each range is split into tiles that need no mask at all and tiles that
-the diagonal or a sequence end crosses, so the mask arithmetic runs only where it can change a value.
+Masks are aligned to the bottom-right corner (flash_attn >= 2.1): query i sees key j iff
+i + d - left <= j <= i + d + right with d = seqlen_k - seqlen_q (causal: right = 0, no left bound).
+Each range splits into tiles that need no mask and tiles that a window edge or a sequence end
+crosses, so the mask arithmetic runs only where it can change a value, and tiles outside the window
+are never visited: the cost grows with the window, not with the sequence.
 """
 
 import triton
@@ -10,47 +12,66 @@ import triton.language as tl
 
 
 @triton.jit
-def kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        IS_CAUSAL: tl.constexpr):
-    """Keys a query tile visits: [0, n_full) without a mask, then [n_full, n_end) with one.
-
-    n_full is a multiple of BLOCK_N; tiles above the diagonal are never reached.
-    """
-    if IS_CAUSAL:
-        diag = seqlen_k - seqlen_q
-        last_row = tl.minimum(start_m + BLOCK_M, seqlen_q) - 1
-        # one past the last key that the tile's last real row sees
-        n_end = tl.maximum(tl.minimum(seqlen_k, last_row + diag + 1), 0)
-        # keys that the tile's first row (and so every row) sees
-        n_all = tl.maximum(tl.minimum(seqlen_k, start_m + diag + 1), 0)
-    else:
-        n_end = seqlen_k
-        n_all = seqlen_k
-    n_full = (n_all // BLOCK_N) * BLOCK_N
-    return n_full, n_end
+def _clamp(x, lo, hi):
+    return tl.minimum(tl.maximum(x, lo), hi)
 
 
 @triton.jit
-def q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        IS_CAUSAL: tl.constexpr):
-    """Query tiles a key tile is seen by: [m_begin, m_masked_end) with a mask, then
-    [m_masked_end, m_end) without one. All bounds are multiples of BLOCK_M except m_end.
+def kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, window_left, window_right,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """Keys a query tile visits, as n_lo <= n_full_lo <= n_full_hi <= n_hi:
+    [n_lo, n_full_lo) and [n_full_hi, n_hi) need the mask, [n_full_lo, n_full_hi) does not. The first
+    range is empty without a left window edge, so callers may skip it then."""
+    diag = seqlen_k - seqlen_q
+    last_row = tl.minimum(start_m + BLOCK_M, seqlen_q) - 1
+    if HAS_RIGHT:
+        n_hi = _clamp(last_row + diag + window_right + 1, 0, seqlen_k)
+        full_hi = _clamp(start_m + diag + window_right + 1, 0, seqlen_k)
+    else:
+        n_hi = seqlen_k
+        full_hi = seqlen_k
+    if HAS_LEFT:
+        n_lo = (_clamp(start_m + diag - window_left, 0, seqlen_k) // BLOCK_N) * BLOCK_N
+        full_lo = tl.cdiv(_clamp(last_row + diag - window_left, 0, seqlen_k), BLOCK_N) * BLOCK_N
+    else:
+        n_lo = 0
+        full_lo = 0
+    full_hi = (full_hi // BLOCK_N) * BLOCK_N
+    if full_lo >= full_hi:
+        # no tile is seen whole by every row: the last masked range covers everything
+        full_lo = n_lo
+        full_hi = n_lo
+    return n_lo, full_lo, full_hi, n_hi
+
+
+@triton.jit
+def q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, window_left, window_right,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """Query rows that see a key tile, as m_lo <= m_full_lo <= m_full_hi <= m_hi:
+    [m_lo, m_full_lo) and [m_full_hi, m_hi) need the mask, [m_full_lo, m_full_hi) does not. The last
+    range is empty without a left window edge, so callers may skip it then.
 
     A key tile cut by seqlen_k needs the mask everywhere. Rows past seqlen_q need none: they load
     lse = +inf, so their probabilities are exactly zero.
     """
-    m_end = seqlen_q
+    diag = seqlen_k - seqlen_q
     last_key = tl.minimum(start_n + BLOCK_N, seqlen_k) - 1
-    if IS_CAUSAL:
-        diag = seqlen_k - seqlen_q
-        # first row that sees the tile's first key, and first row that sees its last key
-        first_row = tl.minimum(tl.maximum(start_n - diag, 0), seqlen_q)
-        all_row = tl.minimum(tl.maximum(last_key - diag, 0), seqlen_q)
-        m_begin = (first_row // BLOCK_M) * BLOCK_M
-        m_masked_end = tl.cdiv(all_row, BLOCK_M) * BLOCK_M
+    if HAS_RIGHT:
+        m_lo = (_clamp(start_n - diag - window_right, 0, seqlen_q) // BLOCK_M) * BLOCK_M
+        full_lo = tl.cdiv(_clamp(last_key - diag - window_right, 0, seqlen_q), BLOCK_M) * BLOCK_M
     else:
-        m_begin = 0
-        m_masked_end = 0
-    if start_n + BLOCK_N > seqlen_k:
-        m_masked_end = tl.cdiv(m_end, BLOCK_M) * BLOCK_M
-    return m_begin, m_masked_end, m_end
+        m_lo = 0
+        full_lo = 0
+    if HAS_LEFT:
+        m_hi = _clamp(last_key - diag + window_left + 1, 0, seqlen_q)
+        full_hi = (_clamp(start_n - diag + window_left + 1, 0, seqlen_q) // BLOCK_M) * BLOCK_M
+    else:
+        m_hi = seqlen_q
+        full_hi = tl.cdiv(seqlen_q, BLOCK_M) * BLOCK_M
+    if (full_lo >= full_hi) | (start_n + BLOCK_N > seqlen_k):
+        # no row sees the tile whole (or the tile is cut by seqlen_k): the first masked range covers all
+        full_lo = tl.maximum(m_hi, m_lo)
+        full_hi = full_lo
+    return m_lo, full_lo, full_hi, m_hi

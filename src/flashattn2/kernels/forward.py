@@ -1,117 +1,230 @@
 """FlashAttention-2 forward: one program per (query tile, batch x head), looping over key tiles."""
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
 from . import common
 from .block_range import kv_range_for_q_tile
-from .common import INTERPRET, load_rows, mma, padded_head_dim, round_to, store_rows
+from .common import INTERPRET, LOG2E, load_rows, mma, padded_head_dim, round_to, store_rows
 from .configs import FwdConfig, fwd_config
+from .dropout import dropout_keep
 from .mask import score_mask
+from .params import AttnOptions, lse_strides, problem_dims, row_strides
+from .scores import transformed_scores
+from .seqlen_info import sequence_bounds
 from .softmax import finalize, online_softmax_update
-
-_LOG2E = math.log2(math.e)
 
 
 @triton.jit
 def _attend_kv_tiles(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d,
-                     n_lo, n_hi, seqlen_q, seqlen_k, qk_scale,
-                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                     n_lo, n_hi, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+                     softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
+                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                      INTERPRET: tl.constexpr):
-    """Accumulate key tiles [n_lo, n_hi) into (acc, m_i, l_i); MASKED tiles check bounds and causality."""
+    """Accumulate key tiles [n_lo, n_hi) into (acc, m_i, l_i); MASKED tiles check bounds and the window."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(n_lo, n_hi, BLOCK_N):
         offs_n = start_n + offs_n0
         k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d,
                       HEAD_DIM, BLOCK_D, MASKED)
         qk = mma(q, tl.trans(k), None, INTERPRET)
+        if HAS_SOFTCAP or HAS_ALIBI:
+            # the transform needs the scaled scores: they come back in log2 units
+            qk, _ = transformed_scores(qk, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale,
+                                       softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
+            softmax_scale_log2 = 1.0
+        else:
+            softmax_scale_log2 = qk_scale
         if MASKED:
-            visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, IS_CAUSAL)
+            visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left,
+                                 window_right, HAS_LEFT, HAS_RIGHT)
             qk = tl.where(visible, qk, float("-inf"))
-        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, qk_scale, MASKED)
+        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, softmax_scale_log2, MASKED)
         v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d,
                       HEAD_DIM, BLOCK_D, MASKED)
+        if HAS_DROPOUT:
+            # the row sum keeps every probability; only the values that reach V are dropped
+            p = tl.where(dropout_keep(seed, offs_m[:, None], offs_n[None, :], head_idx, dropout_p), p, 0.0)
         acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
     return acc, m_i, l_i
 
 
 @triton.jit
 def attention_fwd_kernel(
-    Q, K, V, Out, Lse,
+    Q, K, V, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
     stride_qb, stride_qm, stride_qh,
     stride_kb, stride_kn, stride_kh,
     stride_vb, stride_vn, stride_vh,
     stride_ob, stride_om, stride_oh,
-    nheads, group, seqlen_q, seqlen_k, qk_scale,
+    stride_lse_b, stride_lse_h, stride_alibi_b,
+    nheads, group, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+    dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, INTERPRET: tl.constexpr,
+    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """Out = softmax(Q K^T * scale) V and Lse = logsumexp of the scaled scores (natural log).
+    """Out = softmax(scores) V and Lse = logsumexp(scores) (natural log), scores = Q K^T * scale with
+    the optional softcap, ALiBi bias and window mask; dropout on the probabilities that reach V.
 
-    qk_scale is softmax_scale * log2(e). Layouts are (batch, seqlen, heads, head_dim) with any strides
-    but a unit last one; Lse is (batch, heads, seqlen_q). GQA: query head h reads key head h // group.
+    qk_scale is softmax_scale * log2(e). Q, K, V, Out are (batch, seqlen, heads, head_dim) with any
+    strides but a unit last one, or packed (total, heads, head_dim) with cumulative lengths (varlen).
+    GQA: query head h reads key head h // group.
     """
     start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
-    off_b = (pid_bh // nheads).to(tl.int64)
+    off_b = pid_bh // nheads
     off_h = pid_bh % nheads
+    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
+                                                           IS_VARLEN)
+    if start_m >= seqlen_q:
+        return  # a packed sequence shorter than the longest one
+    off_b64 = off_b.to(tl.int64)
     off_hk = (off_h // group).to(tl.int64)
-    off_h = off_h.to(tl.int64)
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    q_base = Q + off_b * stride_qb + off_h * stride_qh
-    k_base = K + off_b * stride_kb + off_hk * stride_kh
-    v_base = V + off_b * stride_vb + off_hk * stride_vh
+    q_base = Q + off_b64 * stride_qb + q_start.to(tl.int64) * stride_qm + off_h.to(tl.int64) * stride_qh
+    k_base = K + off_b64 * stride_kb + k_start.to(tl.int64) * stride_kn + off_hk * stride_kh
+    v_base = V + off_b64 * stride_vb + k_start.to(tl.int64) * stride_vn + off_hk * stride_vh
     q = load_rows(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d,
                   HEAD_DIM, BLOCK_D, True)
+    alibi_slope = 0.0
+    if HAS_ALIBI:
+        alibi_slope = tl.load(AlibiSlopes + off_b64 * stride_alibi_b + off_h) * LOG2E
+    seed = 0
+    if HAS_DROPOUT:
+        seed = tl.load(Seed)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    n_full, n_end = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, window_left,
+                                                           window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    if HAS_LEFT:
+        # tiles cut by the window's left edge (without one this range is empty)
+        acc, m_i, l_i = _attend_kv_tiles(
+            acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_lo,
+            seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+            seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+            HAS_DROPOUT, True, INTERPRET)
     # tiles that every row sees whole: no mask arithmetic at all
-    acc, m_i, l_i = _attend_kv_tiles(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d,
-                                     0, n_full, seqlen_q, seqlen_k, qk_scale,
-                                     HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, IS_CAUSAL, False, INTERPRET)
-    # tiles crossed by the diagonal or by the end of the keys
-    acc, m_i, l_i = _attend_kv_tiles(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d,
-                                     n_full, n_end, seqlen_q, seqlen_k, qk_scale,
-                                     HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, IS_CAUSAL, True, INTERPRET)
+    acc, m_i, l_i = _attend_kv_tiles(
+        acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_full_lo, n_full_hi,
+        seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+        seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+        HAS_DROPOUT, False, INTERPRET)
+    # tiles crossed by the diagonal (the window's right edge) or by the end of the keys
+    acc, m_i, l_i = _attend_kv_tiles(
+        acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_full_hi, n_hi,
+        seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+        seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+        HAS_DROPOUT, True, INTERPRET)
 
     out, lse = finalize(acc, m_i, l_i)
-    o_base = Out + off_b * stride_ob + off_h * stride_oh
+    if HAS_DROPOUT:
+        out = out * (1.0 / (1.0 - dropout_p))
+    o_base = Out + off_b64 * stride_ob + q_start.to(tl.int64) * stride_om + off_h.to(tl.int64) * stride_oh
     store_rows(o_base + offs_m[:, None] * stride_om + offs_d[None, :],
                round_to(out, Out.dtype.element_ty, INTERPRET), offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D)
-    tl.store(Lse + pid_bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+    lse_base = Lse + off_b64 * stride_lse_b + off_h.to(tl.int64) * stride_lse_h + q_start
+    tl.store(lse_base + offs_m, lse, mask=offs_m < seqlen_q)
 
 
-def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
-                      config: FwdConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launch the forward kernel on checked (batch, seqlen, heads, head_dim) inputs; returns (out, lse)."""
-    batch, seqlen_q, nheads, head_dim = q.shape
-    seqlen_k, nheads_k = k.shape[1], k.shape[2]
+@triton.jit
+def dropout_probs_kernel(
+    Q, K, Lse, Probs, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
+    stride_qb, stride_qm, stride_qh,
+    stride_kb, stride_kn, stride_kh,
+    stride_lse_b, stride_lse_h, stride_alibi_b,
+    nheads, group, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+    dropout_p,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """Test-only: the normalised probabilities, negated where dropout dropped them (flash_attn's
+    S_dmask encoding), into Probs (batch, heads, max_seqlen_q, max_seqlen_k). This is the one place that
+    writes a seqlen_q x seqlen_k array, and only for return_attn_probs=True with dropout."""
+    start_m = tl.program_id(0) * BLOCK_M
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // nheads
+    off_h = pid_bh % nheads
+    # Probs is (batch, heads, max seqlen_q, max seqlen_k): the dense sizes, before per-sequence ones
+    row_base = Probs + (pid_bh.to(tl.int64) * seqlen_q + start_m + tl.arange(0, BLOCK_M)[:, None]) * seqlen_k
+    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
+                                                           IS_VARLEN)
+    if start_m >= seqlen_q:
+        return
+    off_b64 = off_b.to(tl.int64)
+    off_hk = (off_h // group).to(tl.int64)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = load_rows(Q + off_b64 * stride_qb + (q_start + offs_m[:, None]).to(tl.int64) * stride_qm
+                  + off_h.to(tl.int64) * stride_qh + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D,
+                  True)
+    lse_base = Lse + off_b64 * stride_lse_b + off_h.to(tl.int64) * stride_lse_h + q_start
+    lse = tl.load(lse_base + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
+    alibi_slope = 0.0
+    if HAS_ALIBI:
+        alibi_slope = tl.load(AlibiSlopes + off_b64 * stride_alibi_b + off_h) * LOG2E
+    seed = tl.load(Seed)
+    k_base = K + off_b64 * stride_kb + k_start.to(tl.int64) * stride_kn + off_hk * stride_kh
+    for start_n in tl.range(0, seqlen_k, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d,
+                      HEAD_DIM, BLOCK_D, True)
+        s, _ = transformed_scores(mma(q, tl.trans(k), None, INTERPRET), offs_m[:, None], offs_n[None, :],
+                                  seqlen_q, seqlen_k, qk_scale, softcap_in2, softcap_out, alibi_slope,
+                                  HAS_SOFTCAP, HAS_ALIBI)
+        visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left, window_right,
+                             HAS_LEFT, HAS_RIGHT)
+        p = tl.where(visible, tl.math.exp2(s - lse[:, None]), 0.0)
+        keep = dropout_keep(seed, offs_m[:, None], offs_n[None, :], pid_bh, dropout_p)
+        tl.store(row_base + offs_n[None, :], tl.where(keep, p, -p).to(Probs.dtype.element_ty),
+                 mask=(offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k))
+
+
+def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions,
+                      max_seqlen_q: int = 0, max_seqlen_k: int = 0, return_probs: bool = False,
+                      config: FwdConfig | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Launch the forward on checked inputs: dense (batch, seqlen, heads, head_dim) or packed
+    (total, heads, head_dim) with opts.cu_seqlens_*. Returns (out, lse, probs or None)."""
+    batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts, max_seqlen_q, max_seqlen_k)
     block_d = padded_head_dim(head_dim)
-    cfg = config or fwd_config(block_d, causal, q.device)
+    cfg = config or fwd_config(block_d, opts.window_right == 0 and opts.window_left < 0, q.device)
     out = common.empty(q.shape, q.dtype, q.device)
-    lse = common.empty((batch, nheads, seqlen_q), torch.float32, q.device)
-    if out.numel() == 0:
-        return out, lse
+    lse_shape = (nheads, q.shape[0]) if opts.varlen else (batch, nheads, seqlen_q)
+    lse = common.empty(lse_shape, torch.float32, q.device)
+    probs = None
+    if return_probs:
+        # padded rows and keys of short packed sequences stay 0
+        probs = torch.zeros((batch, nheads, seqlen_q, seqlen_k), dtype=q.dtype, device=q.device)
+    if out.numel() == 0 or batch * seqlen_q == 0:
+        return out, lse, probs
+    args = opts.kernel_args()
+    lse_sb, lse_sh = lse_strides(lse, opts.varlen)
     grid = (triton.cdiv(seqlen_q, cfg.block_m), batch * nheads)
     attention_fwd_kernel[grid](
-        q, k, v, out, lse,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
-        nheads, nheads // nheads_k, seqlen_q, seqlen_k, softmax_scale * _LOG2E,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        IS_CAUSAL=causal, INTERPRET=INTERPRET,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        q, k, v, out, lse, args.pop("CuSeqlensQ"), args.pop("CuSeqlensK"), args.pop("AlibiSlopes"),
+        args.pop("Seed"),
+        *row_strides(q, opts.varlen), *row_strides(k, opts.varlen), *row_strides(v, opts.varlen),
+        *row_strides(out, opts.varlen), lse_sb, lse_sh, args.pop("stride_alibi_b"),
+        nheads, nheads // nheads_k, seqlen_q, seqlen_k,
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, INTERPRET=INTERPRET,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **args,
     )
-    return out, lse
+    if return_probs:
+        args = opts.kernel_args()
+        del args["HAS_DROPOUT"]
+        block = 32 if INTERPRET else 64
+        dropout_probs_kernel[(triton.cdiv(seqlen_q, block), batch * nheads)](
+            q, k, lse, probs, args.pop("CuSeqlensQ"), args.pop("CuSeqlensK"), args.pop("AlibiSlopes"),
+            args.pop("Seed"), *row_strides(q, opts.varlen), *row_strides(k, opts.varlen), lse_sb, lse_sh,
+            args.pop("stride_alibi_b"), nheads, nheads // nheads_k, seqlen_q, seqlen_k,
+            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block, BLOCK_N=block, INTERPRET=INTERPRET, **args,
+        )
+    return out, lse, probs

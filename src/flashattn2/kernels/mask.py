@@ -1,17 +1,22 @@
-"""Score masks: sequence ends and the bottom-right-aligned causal diagonal."""
+"""Score masks: sequence ends and a bottom-right-aligned window (causal is the window (-1, 0))."""
 
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def score_mask(q_idx, k_idx, seqlen_q, seqlen_k, IS_CAUSAL: tl.constexpr):
-    """True where query q_idx may attend to key k_idx.
+def score_mask(q_idx, k_idx, seqlen_q, seqlen_k, window_left, window_right,
+               HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """True where query q_idx may attend to key k_idx:
+    q_idx + seqlen_k - seqlen_q - window_left <= k_idx <= q_idx + seqlen_k - seqlen_q + window_right.
 
     The indices come pre-broadcast (q_idx[:, None] with k_idx[None, :] for a queries x keys tile, the
     other way round for keys x queries), so a transposed tile needs no transposed mask.
     """
     mask = k_idx < seqlen_k
-    if IS_CAUSAL:
-        mask = mask & (k_idx <= q_idx + (seqlen_k - seqlen_q))
+    diag = q_idx + (seqlen_k - seqlen_q)
+    if HAS_RIGHT:
+        mask = mask & (k_idx <= diag + window_right)
+    if HAS_LEFT:
+        mask = mask & (k_idx >= diag - window_left)
     return mask
