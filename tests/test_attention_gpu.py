@@ -72,8 +72,8 @@ def test_default_mode_is_within_tolerance_over_50_runs(causal, atomic_dq, monkey
                             lambda *args: dataclasses.replace(pick(*args), atomic_dq=True))
     torch.manual_seed(37)
     q, k, v, dout = _inputs()
-    _, _, ref_grads = reference_with_grads(q, k, v, dout, causal, upcast=True)
-    _, _, pt_grads = reference_with_grads(q, k, v, dout, causal, upcast=False)
+    _, _, ref_grads = reference_with_grads(q, k, v, dout, True, causal=causal)
+    _, _, pt_grads = reference_with_grads(q, k, v, dout, False, causal=causal)
     for _ in range(50):
         q.grad = k.grad = v.grad = None
         flash_attn_func(q, k, v, causal=causal).backward(dout)
