@@ -1,0 +1,75 @@
+"""Compile the plain-path kernels for sm_90 on a machine without a GPU and print their resources.
+
+    python scripts/kernel_resources.py
+
+Registers and stack bytes per thread (stack > 0 means spills) come from cuobjdump -res-usage on the
+cubin Triton builds for the named target, HGMMA counts from its SASS: no device time needed. The
+numbers are those of the Triton installed here, which may differ from the device machine's.
+"""
+
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from flashattn2.kernels.backward import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
+from flashattn2.kernels.forward import attention_fwd_kernel
+
+FLOAT_ARGS = {"qk_scale", "softmax_scale", "softcap_in2", "softcap_out", "dropout_p"}
+FP32_POINTERS = {"Lse", "Delta"}
+OPTIONAL_POINTERS = ("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed")
+PLAIN = dict(HAS_LEFT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_DROPOUT=False,
+             INTERPRET=False)
+
+
+def _signature(fn, constexprs: dict) -> dict:
+    sig = {}
+    for name in fn.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in FLOAT_ARGS:
+            sig[name] = "fp32"
+        elif name.startswith("stride") or name.islower():
+            sig[name] = "i32"
+        else:
+            sig[name] = "*fp32" if name in FP32_POINTERS else "*bf16"
+    return sig
+
+
+def resources(fn, constexprs: dict, num_warps: int, num_stages: int) -> str:
+    constexprs = {**constexprs, **{name: None for name in OPTIONAL_POINTERS if name in fn.arg_names}}
+    src = ASTSource(fn=fn, signature=_signature(fn, constexprs),
+                    constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": num_warps, "num_stages": num_stages})
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+).*?STACK:(\d+)", usage, re.S)
+    return f"regs {m.group(1):>3}  stack {m.group(2):>4}  HGMMA {sass.count('HGMMA')}"
+
+
+def main() -> None:
+    # (head dim, causal, (BLOCK_M, BLOCK_N, warps, stages))
+    for hd, causal, (bm, bn, w, s) in [(64, False, (64, 64, 4, 3)), (64, True, (128, 64, 8, 3)),
+                                       (128, False, (64, 64, 4, 3)), (256, False, (128, 64, 8, 2))]:
+        flags = dict(PLAIN, HAS_RIGHT=causal, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn)
+        print(f"fwd  d={hd:<3} causal={int(causal)} {(bm, bn, w, s)}: {resources(attention_fwd_kernel, flags, w, s)}")
+    for hd, (bm, bn, w, s) in [(64, (32, 128, 4, 3)), (64, (32, 128, 8, 2)), (64, (64, 64, 8, 2)),
+                               (128, (64, 64, 4, 2)), (128, (64, 128, 8, 2)), (128, (32, 64, 4, 2))]:
+        flags = dict(PLAIN, HAS_RIGHT=False, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, ATOMIC_DQ=False)
+        print(f"dkdv d={hd:<3} {(bm, bn, w, s)}: {resources(attention_bwd_dkdv_kernel, flags, w, s)}")
+    for hd, (bm, bn, w, s) in [(64, (128, 64, 8, 2)), (128, (128, 32, 4, 3)), (128, (64, 64, 4, 2))]:
+        flags = dict(PLAIN, HAS_RIGHT=False, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn)
+        print(f"dq   d={hd:<3} {(bm, bn, w, s)}: {resources(attention_bwd_dq_kernel, flags, w, s)}")
+
+
+if __name__ == "__main__":
+    main()
