@@ -136,12 +136,17 @@ def test_opcheck():
                           test_utils=("test_schema", "test_faketensor"))
 
 
-def test_torch_compile_fullgraph_matches_eager():
+@pytest.mark.parametrize("features", [{}, {"window_size": (8, 0), "softcap": 5.0, "alibi": True}],
+                         ids=["plain", "window-softcap-alibi"])
+def test_torch_compile_fullgraph_matches_eager(features):
     q, k, v = (x.requires_grad_() for x in qkv(seqlen_q=33, seqlen_k=40, nheads=4, nheads_k=2))
     backend = "inductor" if ON_GPU else "aot_eager"  # inductor on CPU would need a C++ toolchain in CI
+    kwargs = {key: value for key, value in features.items() if key != "alibi"}
+    if features.get("alibi"):
+        kwargs["alibi_slopes"] = torch.rand(4, dtype=torch.float32, device=DEVICE)
 
     def layer(q, k, v):
-        return flash_attn_func(q * 1.0, k, v, causal=True).float().square().sum()
+        return flash_attn_func(q * 1.0, k, v, causal=True, **kwargs).float().square().sum()
 
     compiled = torch.compile(layer, backend=backend, fullgraph=True)
     loss_c = compiled(q, k, v)
@@ -151,3 +156,17 @@ def test_torch_compile_fullgraph_matches_eager():
     torch.testing.assert_close(loss_c, loss_e)
     for gc, ge in zip(grads_c, grads_e, strict=True):
         torch.testing.assert_close(gc, ge)
+
+
+def test_torch_compile_varlen_fullgraph():
+    from flashattn2 import flash_attn_varlen_func
+
+    q, k, v, cu_q, cu_k = _varlen()
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    backend = "inductor" if ON_GPU else "aot_eager"
+
+    def layer(q, k, v):
+        return flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 7, causal=True).float().sum()
+
+    compiled = torch.compile(layer, backend=backend, fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), layer(q, k, v))
