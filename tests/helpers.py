@@ -28,6 +28,23 @@ def assert_close_to_ref(name: str, ours: torch.Tensor, ref: torch.Tensor, pt: to
         f"{name}: max error {err:.3e} > {factor} x PyTorch's {pt_err:.3e} + {ABS_FLOOR}")
 
 
+def assert_bitwise_repeatable(run, q, k, v, dout, times: int, seed: int | None = None) -> None:
+    """out = run(q, k, v), then its backward, `times` times: output and gradients must equal the first
+    run's bit for bit. `seed` re-seeds torch before each run (dropout draws its seed from torch)."""
+    first = None
+    for _ in range(times):
+        q.grad = k.grad = v.grad = None
+        if seed is not None:
+            torch.manual_seed(seed)
+        out = run(q, k, v)
+        out.backward(dout)
+        result = (out.detach().clone(), q.grad.clone(), k.grad.clone(), v.grad.clone())
+        if first is None:
+            first = result
+        for name, a, b in zip(("out", "dq", "dk", "dv"), first, result, strict=True):
+            assert torch.equal(a, b), f"{name} differs between runs"
+
+
 def reference_with_grads(q, k, v, dout, upcast=True, **ref_kwargs):
     """Reference out, lse and (dq, dk, dv), in float64 (upcast) or in the input dtype."""
     # float64 leaves for the oracle, so its gradients are not rounded back to the input dtype

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from flashattn2 import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
-from helpers import check_attention, randn
+from helpers import assert_bitwise_repeatable, check_attention, randn
 
 DTYPES = [torch.float16, torch.bfloat16]
 HEAD_DIMS = [32, 40, 64, 96, 128, 256]
@@ -123,14 +123,8 @@ def test_deterministic_backward_is_bitwise_repeatable():
     torch.manual_seed(23)
     q, k, v = (randn(1, 70, 4, 32, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     dout = randn(1, 70, 4, 32, dtype=torch.bfloat16)
-    grads = []
-    for _ in range(3):
-        q.grad = k.grad = v.grad = None
-        flash_attn_func(q, k, v, causal=True, deterministic=True).backward(dout)
-        grads.append(tuple(x.grad.clone() for x in (q, k, v)))
-    for g in grads[1:]:
-        for a, b in zip(grads[0], g, strict=True):
-            assert torch.equal(a, b)
+    assert_bitwise_repeatable(lambda q, k, v: flash_attn_func(q, k, v, causal=True, deterministic=True),
+                              q, k, v, dout, times=3)
 
 
 def test_zero_length_sequences():

@@ -5,7 +5,14 @@ import pytest
 import torch
 
 from flashattn2 import flash_attn_func
-from helpers import BWD_FACTOR, assert_close_to_ref, check_attention, randn, reference_with_grads
+from helpers import (
+    BWD_FACTOR,
+    assert_bitwise_repeatable,
+    assert_close_to_ref,
+    check_attention,
+    randn,
+    reference_with_grads,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -45,16 +52,8 @@ def _inputs(dtype=torch.bfloat16):
 def test_deterministic_is_bitwise_equal_over_50_runs(causal):
     torch.manual_seed(31)
     q, k, v, dout = _inputs()
-    first = None
-    for _ in range(50):
-        q.grad = k.grad = v.grad = None
-        out = flash_attn_func(q, k, v, causal=causal, deterministic=True)
-        out.backward(dout)
-        run = (out.detach().clone(), q.grad.clone(), k.grad.clone(), v.grad.clone())
-        if first is None:
-            first = run
-        for a, b in zip(first, run, strict=True):
-            assert torch.equal(a, b)
+    assert_bitwise_repeatable(lambda q, k, v: flash_attn_func(q, k, v, causal=causal, deterministic=True),
+                              q, k, v, dout, times=50)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -142,14 +141,9 @@ def test_every_feature_is_bitwise_repeatable_over_50_runs():
     torch.manual_seed(43)
     q, k, v, dout = _inputs()
     slopes = torch.rand(8, dtype=torch.float32, device="cuda") * 0.1
-    first = None
-    for _ in range(50):
-        q.grad = k.grad = v.grad = None
-        torch.manual_seed(7)
-        out = flash_attn_func(q, k, v, dropout_p=0.1, causal=True, window_size=(300, 0), softcap=20.0,
-                              alibi_slopes=slopes, deterministic=True)
-        out.backward(dout)
-        run = (out.detach().clone(), q.grad.clone(), k.grad.clone(), v.grad.clone())
-        first = first or run
-        for a, b in zip(first, run, strict=True):
-            assert torch.equal(a, b)
+
+    def run(q, k, v):
+        return flash_attn_func(q, k, v, dropout_p=0.1, causal=True, window_size=(300, 0), softcap=20.0,
+                               alibi_slopes=slopes, deterministic=True)
+
+    assert_bitwise_repeatable(run, q, k, v, dout, times=50, seed=7)

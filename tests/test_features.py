@@ -14,7 +14,7 @@ from flashattn2 import (
     pad_input,
     unpad_input,
 )
-from helpers import DEVICE, check_attention, check_varlen, randn
+from helpers import DEVICE, assert_bitwise_repeatable, check_attention, check_varlen, randn
 
 
 def _seed(*key):
@@ -190,16 +190,12 @@ def test_deterministic_with_every_feature():
     q, k, v = (randn(2, 70, 4, 32, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
     dout = randn(2, 70, 4, 32, dtype=torch.bfloat16)
     slopes = torch.rand(4, dtype=torch.float32, device=DEVICE)
-    runs = []
-    for _ in range(2):
-        q.grad = k.grad = v.grad = None
-        torch.manual_seed(3)
-        out = flash_attn_func(q, k, v, dropout_p=0.1, causal=True, window_size=(24, 0), softcap=5.0,
-                              alibi_slopes=slopes, deterministic=True)
-        out.backward(dout)
-        runs.append((out.detach(), q.grad.clone(), k.grad.clone(), v.grad.clone()))
-    for a, b in zip(*runs, strict=True):
-        assert torch.equal(a, b)
+
+    def run(q, k, v):
+        return flash_attn_func(q, k, v, dropout_p=0.1, causal=True, window_size=(24, 0), softcap=5.0,
+                               alibi_slopes=slopes, deterministic=True)
+
+    assert_bitwise_repeatable(run, q, k, v, dout, times=2, seed=3)
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -343,15 +343,13 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
     # fp32 accumulation buffer for the atomic path; the dQ kernel writes dq directly
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else \
         common.empty(q.shape, q.dtype, q.device)
-    args = opts.kernel_args()
-    pointers = [args.pop(name) for name in ("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed")]
-    stride_alibi_b = args.pop("stride_alibi_b")
-    qk_scale = args.pop("qk_scale")
+    pointers, args = opts.kernel_args()
+    sizes = dict(nheads=nheads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, softmax_scale=opts.softmax_scale)
     attention_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, cfg.block_n), batch * nheads_k)](
         q, k, v, dout, lse, delta, dq, dk, dv, *pointers,
         *row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
         *row_strides(dq, varlen), *row_strides(dk, varlen), *row_strides(dv, varlen),
-        lse_sb, lse_sh, stride_alibi_b, nheads, nheads_k, seqlen_q, seqlen_k, qk_scale, opts.softmax_scale,
+        lse_sb, lse_sh, nheads_k=nheads_k, **sizes,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         ATOMIC_DQ=atomic_dq, INTERPRET=INTERPRET, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **args,
     )
@@ -361,8 +359,7 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
     attention_bwd_dq_kernel[(triton.cdiv(seqlen_q, cfg.dq_block_m), batch * nheads)](
         q, k, v, dout, lse, delta, dq, *pointers,
         *row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
-        *row_strides(dq, varlen), lse_sb, lse_sh, stride_alibi_b,
-        nheads, nheads // nheads_k, seqlen_q, seqlen_k, qk_scale, opts.softmax_scale,
+        *row_strides(dq, varlen), lse_sb, lse_sh, group=nheads // nheads_k, **sizes,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n,
         INTERPRET=INTERPRET, num_warps=cfg.dq_num_warps, num_stages=cfg.dq_num_stages, **args,
     )

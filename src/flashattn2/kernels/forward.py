@@ -205,26 +205,24 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: A
         probs = torch.zeros((batch, nheads, seqlen_q, seqlen_k), dtype=q.dtype, device=q.device)
     if out.numel() == 0 or batch * seqlen_q == 0:
         return out, lse, probs
-    args = opts.kernel_args()
+    pointers, args = opts.kernel_args()
     lse_sb, lse_sh = lse_strides(lse, opts.varlen)
+    sizes = dict(nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
     grid = (triton.cdiv(seqlen_q, cfg.block_m), batch * nheads)
     attention_fwd_kernel[grid](
-        q, k, v, out, lse, args.pop("CuSeqlensQ"), args.pop("CuSeqlensK"), args.pop("AlibiSlopes"),
-        args.pop("Seed"),
+        q, k, v, out, lse, *pointers,
         *row_strides(q, opts.varlen), *row_strides(k, opts.varlen), *row_strides(v, opts.varlen),
-        *row_strides(out, opts.varlen), lse_sb, lse_sh, args.pop("stride_alibi_b"),
-        nheads, nheads // nheads_k, seqlen_q, seqlen_k,
+        *row_strides(out, opts.varlen), lse_sb, lse_sh, **sizes,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, INTERPRET=INTERPRET,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **args,
     )
     if return_probs:
-        args = opts.kernel_args()
-        del args["HAS_DROPOUT"]
+        # the dump always applies the dropout sign, so it has no HAS_DROPOUT flag
+        probs_args = {name: value for name, value in args.items() if name != "HAS_DROPOUT"}
         block = 32 if INTERPRET else 64
         dropout_probs_kernel[(triton.cdiv(seqlen_q, block), batch * nheads)](
-            q, k, lse, probs, args.pop("CuSeqlensQ"), args.pop("CuSeqlensK"), args.pop("AlibiSlopes"),
-            args.pop("Seed"), *row_strides(q, opts.varlen), *row_strides(k, opts.varlen), lse_sb, lse_sh,
-            args.pop("stride_alibi_b"), nheads, nheads // nheads_k, seqlen_q, seqlen_k,
-            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block, BLOCK_N=block, INTERPRET=INTERPRET, **args,
+            q, k, lse, probs, *pointers, *row_strides(q, opts.varlen), *row_strides(k, opts.varlen),
+            lse_sb, lse_sh, **sizes,
+            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block, BLOCK_N=block, INTERPRET=INTERPRET, **probs_args,
         )
     return out, lse, probs

@@ -28,12 +28,14 @@ class AttnOptions:
     def varlen(self) -> bool:
         return self.cu_seqlens_q is not None
 
-    def kernel_args(self) -> dict:
-        """Runtime values and constexpr flags shared by the forward and backward kernels."""
+    def kernel_args(self) -> tuple[tuple, dict]:
+        """The arguments shared by the forward and backward kernels: the optional pointers (cumulative
+        lengths, ALiBi slopes, dropout seed; None when unused), which the kernels take in that order right
+        after their tensors, and everything else (runtime values and constexpr flags) by name."""
         has_softcap, has_alibi = self.softcap > 0.0, self.alibi_slopes is not None
         alibi = self.alibi_slopes
-        return dict(
-            CuSeqlensQ=self.cu_seqlens_q, CuSeqlensK=self.cu_seqlens_k, AlibiSlopes=alibi, Seed=self.rng_seed,
+        pointers = (self.cu_seqlens_q, self.cu_seqlens_k, alibi, self.rng_seed)
+        return pointers, dict(
             stride_alibi_b=alibi.stride(0) if has_alibi and alibi.dim() == 2 else 0,
             qk_scale=self.softmax_scale * LOG2E,
             window_left=max(self.window_left, 0), window_right=max(self.window_right, 0),
@@ -44,7 +46,6 @@ class AttnOptions:
             HAS_LEFT=self.window_left >= 0, HAS_RIGHT=self.window_right >= 0, IS_VARLEN=self.varlen,
             HAS_SOFTCAP=has_softcap, HAS_ALIBI=has_alibi, HAS_DROPOUT=self.dropout_p > 0.0,
         )
-
 
 def problem_dims(q: torch.Tensor, k: torch.Tensor, opts: AttnOptions, max_seqlen_q: int, max_seqlen_k: int):
     """(batch, max seqlen_q, max seqlen_k, nheads, nheads_k, head_dim) for dense or packed inputs."""
