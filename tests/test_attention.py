@@ -149,3 +149,18 @@ def test_the_pass_rule_can_fail():
         out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **kwargs)
         with pytest.raises(AssertionError):
             check_attention(q, k, v, out, lse, None, dout, causal)
+
+
+def test_descriptor_eligibility():
+    """Tensor descriptors need 16-byte aligned base and strides; anything else must fall back to
+    pointer loads rather than fault. Under the interpreter bf16 always takes pointers."""
+    from flashattn2.kernels.common import INTERPRET
+    from flashattn2.kernels.tma import tma_usable
+
+    if not INTERPRET and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("no TMA before Hopper")
+    aligned = randn(2, 64, 4, 64, dtype=torch.float16)
+    assert tma_usable(aligned)
+    assert not tma_usable(randn(2, 64, 4, 111, dtype=torch.float16))  # row stride 444 * 2 bytes
+    assert not tma_usable(randn(2, 64, 4, 65, dtype=torch.float16)[..., 1:])  # base 2 bytes in
+    assert tma_usable(randn(2, 64, 4, 64, dtype=torch.bfloat16)) == (not INTERPRET)

@@ -147,3 +147,26 @@ def test_every_feature_is_bitwise_repeatable_over_50_runs():
                                alibi_slopes=slopes, deterministic=True)
 
     assert_bitwise_repeatable(run, q, k, v, dout, times=50, seed=7)
+
+
+@pytest.mark.parametrize("use_tma", [False, True], ids=["pointers", "descriptors"])
+@pytest.mark.parametrize("head_dim", [64, 80, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_both_load_paths(use_tma, head_dim, causal, monkeypatch):
+    """Every kernel with tensor descriptors forced on and off, whatever the tuned configs pick; head dim
+    80 makes the descriptors zero-fill padded columns, seqlen 1000 cuts the last tile."""
+    import dataclasses
+
+    from flashattn2.kernels import backward, forward
+
+    fwd_pick, bwd_pick = forward.fwd_config, backward.bwd_config
+    monkeypatch.setattr(forward, "fwd_config", lambda *a: dataclasses.replace(fwd_pick(*a), use_tma=use_tma))
+    monkeypatch.setattr(backward, "bwd_config", lambda *a: dataclasses.replace(bwd_pick(*a), use_tma=use_tma))
+    torch.manual_seed(head_dim + 2 * causal)
+    q = randn(2, 1000, 4, head_dim, dtype=torch.bfloat16, requires_grad=True)
+    k = randn(2, 1000, 2, head_dim, dtype=torch.bfloat16, requires_grad=True)
+    v = randn(2, 1000, 2, head_dim, dtype=torch.bfloat16, requires_grad=True)
+    out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    dout = randn(*out.shape, dtype=torch.bfloat16)
+    out.backward(dout)
+    check_attention(q, k, v, out, lse, (q.grad, k.grad, v.grad), dout, causal)

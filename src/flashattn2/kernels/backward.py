@@ -25,6 +25,7 @@ from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
 from .scores import transformed_scores
 from .seqlen_info import sequence_bounds
+from .tma import load_tile, row_tiles, tma_usable
 
 
 @triton.jit
@@ -56,21 +57,22 @@ def bwd_preprocess_kernel(
 
 
 @triton.jit
-def _dkdv_from_q_tiles(dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_base,
+def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base, off_b, off_h,
                        stride_qm, stride_dom, stride_dqm, offs_n, offs_d, m_lo, m_hi,
                        seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
                        softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
                        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                        HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                        HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
-                       ATOMIC_DQ: tl.constexpr, INTERPRET: tl.constexpr):
+                       ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr, TMA_DQ: tl.constexpr,
+                       INTERPRET: tl.constexpr):
     """Accumulate dK, dV of one key tile over query tiles [m_lo, m_hi), working on transposed scores
     (keys x queries) so that P^T and dS^T feed the dV and dK matmuls without a transpose."""
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(m_lo, m_hi, BLOCK_M):
         offs_m = start_m + offs_m0
-        q = load_rows(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d,
-                      HEAD_DIM, BLOCK_D, True)
+        q = load_tile(q_src, off_b, off_h, start_m, offs_m, seqlen_q, stride_qm, offs_d, HEAD_DIM, BLOCK_D,
+                      BLOCK_M, True, USE_TMA)
         # rows past seqlen_q load lse = +inf, which makes their probabilities exactly 0
         lse = tl.load(lse_base + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
         sT = mma(k, tl.trans(q), None, INTERPRET)
@@ -85,8 +87,8 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_b
                                  window_right, HAS_LEFT, HAS_RIGHT)
             sT = tl.where(visible, sT, float("-inf"))
         pT = tl.math.exp2(sT * scale_log2 - lse[None, :])
-        do = load_rows(do_base + offs_m[:, None] * stride_dom + offs_d[None, :], offs_m, seqlen_q, offs_d,
-                       HEAD_DIM, BLOCK_D, True)
+        do = load_tile(do_src, off_b, off_h, start_m, offs_m, seqlen_q, stride_dom, offs_d, HEAD_DIM, BLOCK_D,
+                       BLOCK_M, True, USE_TMA)
         dpT = mma(v, tl.trans(do), None, INTERPRET)
         if HAS_DROPOUT:
             # the same bits as the forward: dV sees the dropped, rescaled P, dP flows back through them
@@ -104,11 +106,15 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_base, do_base, dq_base, lse_base, delta_b
         dk = mma(dsT, q, dk, INTERPRET)
         if ATOMIC_DQ:
             dq = mma(tl.trans(dsT), k, None, INTERPRET) * softmax_scale
-            dq_mask = offs_m[:, None] < seqlen_q
-            if HEAD_DIM != BLOCK_D:
-                dq_mask = dq_mask & (offs_d[None, :] < HEAD_DIM)
-            tl.atomic_add(dq_base + offs_m[:, None] * stride_dqm + offs_d[None, :], dq, mask=dq_mask,
-                          sem="relaxed")
+            if TMA_DQ:
+                # one bulk reduce-add of the tile into fp32 dQ in L2; the copy engine drops rows past seqlen
+                dq_dst.atomic_add([off_b, start_m, off_h, 0], dq.reshape(1, BLOCK_M, 1, BLOCK_D))
+            else:
+                dq_mask = offs_m[:, None] < seqlen_q
+                if HEAD_DIM != BLOCK_D:
+                    dq_mask = dq_mask & (offs_d[None, :] < HEAD_DIM)
+                tl.atomic_add(dq_dst + offs_m[:, None] * stride_dqm + offs_d[None, :], dq, mask=dq_mask,
+                              sem="relaxed")
     return dk, dv
 
 
@@ -127,9 +133,11 @@ def attention_bwd_dkdv_kernel(
     softcap_in2, softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr, INTERPRET: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr,
+    TMA_DQ: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """dK and dV for one key tile of one kv head, summed over the query heads that share it (GQA)."""
+    """dK and dV for one key tile of one kv head, summed over the query heads that share it (GQA).
+    With USE_TMA, Q and dOut are row_tiles descriptors; with TMA_DQ, so is the fp32 dQ accumulator."""
     start_n = tl.program_id(0) * BLOCK_N
     pid_bhk = tl.program_id(1)
     off_b = pid_bhk // nheads_k
@@ -162,9 +170,16 @@ def attention_bwd_dkdv_kernel(
     for g in range(0, group):
         off_h = off_hk * group + g
         off_h64 = off_h.to(tl.int64)
-        q_base = Q + off_b64 * stride_qb + q_start64 * stride_qm + off_h64 * stride_qh
-        do_base = dOut + off_b64 * stride_dob + q_start64 * stride_dom + off_h64 * stride_doh
-        dq_base = dQ + off_b64 * stride_dqb + q_start64 * stride_dqm + off_h64 * stride_dqh
+        if USE_TMA:
+            q_src = Q
+            do_src = dOut
+        else:
+            q_src = Q + off_b64 * stride_qb + q_start64 * stride_qm + off_h64 * stride_qh
+            do_src = dOut + off_b64 * stride_dob + q_start64 * stride_dom + off_h64 * stride_doh
+        if TMA_DQ:
+            dq_dst = dQ
+        else:
+            dq_dst = dQ + off_b64 * stride_dqb + q_start64 * stride_dqm + off_h64 * stride_dqh
         row_off = off_b64 * stride_lse_b + off_h64 * stride_lse_h + q_start
         alibi_slope = 0.0
         if HAS_ALIBI:
@@ -173,24 +188,24 @@ def attention_bwd_dkdv_kernel(
         # rows the diagonal (window's right edge) or a sequence end crosses, rows that see the whole
         # tile, then rows cut by the window's left edge
         dk, dv = _dkdv_from_q_tiles(
-            dk, dv, k, v, q_base, do_base, dq_base, Lse + row_off, Delta + row_off, stride_qm, stride_dom,
+            dk, dv, k, v, q_src, do_src, dq_dst, Lse + row_off, Delta + row_off, off_b, off_h, stride_qm, stride_dom,
             stride_dqm, offs_n, offs_d, m_lo, m_full_lo, seqlen_q, seqlen_k, qk_scale, softmax_scale,
             window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
             HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, True,
-            ATOMIC_DQ, INTERPRET)
+            ATOMIC_DQ, USE_TMA, TMA_DQ, INTERPRET)
         dk, dv = _dkdv_from_q_tiles(
-            dk, dv, k, v, q_base, do_base, dq_base, Lse + row_off, Delta + row_off, stride_qm, stride_dom,
+            dk, dv, k, v, q_src, do_src, dq_dst, Lse + row_off, Delta + row_off, off_b, off_h, stride_qm, stride_dom,
             stride_dqm, offs_n, offs_d, m_full_lo, m_full_hi, seqlen_q, seqlen_k, qk_scale, softmax_scale,
             window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
             HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, False,
-            ATOMIC_DQ, INTERPRET)
+            ATOMIC_DQ, USE_TMA, TMA_DQ, INTERPRET)
         if HAS_LEFT:
             dk, dv = _dkdv_from_q_tiles(
-                dk, dv, k, v, q_base, do_base, dq_base, Lse + row_off, Delta + row_off, stride_qm, stride_dom,
-                stride_dqm, offs_n, offs_d, m_full_hi, m_hi, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+                dk, dv, k, v, q_src, do_src, dq_dst, Lse + row_off, Delta + row_off, off_b, off_h, stride_qm,
+                stride_dom, stride_dqm, offs_n, offs_d, m_full_hi, m_hi, seqlen_q, seqlen_k, qk_scale, softmax_scale,
                 window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
                 HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, True,
-                ATOMIC_DQ, INTERPRET)
+                ATOMIC_DQ, USE_TMA, TMA_DQ, INTERPRET)
 
     # dK = scale * dS^T Q: the softmax scale is applied once, here
     dk_base = dK + off_b64 * stride_dkb + k_start64 * stride_dkn + off_hk.to(tl.int64) * stride_dkh
@@ -203,21 +218,21 @@ def attention_bwd_dkdv_kernel(
 
 
 @triton.jit
-def _dq_from_kv_tiles(dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d,
+def _dq_from_kv_tiles(dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d,
                       n_lo, n_hi, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
                       softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
                       HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                       HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                       HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
-                      INTERPRET: tl.constexpr):
+                      USE_TMA: tl.constexpr, INTERPRET: tl.constexpr):
     """Accumulate dQ of one query tile over key tiles [n_lo, n_hi)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(n_lo, n_hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d,
-                      HEAD_DIM, BLOCK_D, MASKED)
-        v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d,
-                      HEAD_DIM, BLOCK_D, MASKED)
+        k = load_tile(k_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_kn, offs_d, HEAD_DIM, BLOCK_D,
+                      BLOCK_N, MASKED, USE_TMA)
+        v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_d, HEAD_DIM, BLOCK_D,
+                      BLOCK_N, MASKED, USE_TMA)
         s = mma(q, tl.trans(k), None, INTERPRET)
         if HAS_SOFTCAP or HAS_ALIBI:
             s, tanh_s = transformed_scores(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale,
@@ -254,10 +269,15 @@ def attention_bwd_dq_kernel(
     softcap_in2, softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, INTERPRET: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """dQ for one query tile: no atomics, so it is bitwise reproducible."""
-    start_m = tl.program_id(0) * BLOCK_M
+    """dQ for one query tile: no atomics, so it is bitwise reproducible. With USE_TMA, K and V are
+    row_tiles descriptors."""
+    if HAS_RIGHT:
+        # longest first, as in the forward: the last query tiles see the most keys
+        start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
+    else:
+        start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
     off_b = pid_bh // nheads
     off_h = pid_bh % nheads
@@ -267,7 +287,7 @@ def attention_bwd_dq_kernel(
         return
     off_b64 = off_b.to(tl.int64)
     off_h64 = off_h.to(tl.int64)
-    off_hk = (off_h // group).to(tl.int64)
+    off_hk = off_h // group
     q_start64 = q_start.to(tl.int64)
     k_start64 = k_start.to(tl.int64)
 
@@ -289,26 +309,30 @@ def attention_bwd_dq_kernel(
         seed = tl.load(Seed)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-    k_base = K + off_b64 * stride_kb + k_start64 * stride_kn + off_hk * stride_kh
-    v_base = V + off_b64 * stride_vb + k_start64 * stride_vn + off_hk * stride_vh
+    if USE_TMA:
+        k_src = K
+        v_src = V
+    else:
+        k_src = K + off_b64 * stride_kb + k_start64 * stride_kn + off_hk.to(tl.int64) * stride_kh
+        v_src = V + off_b64 * stride_vb + k_start64 * stride_vn + off_hk.to(tl.int64) * stride_vh
     n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, window_left,
                                                            window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     if HAS_LEFT:
         dq = _dq_from_kv_tiles(
-            dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_lo,
+            dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_lo,
             seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
             seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-            HAS_DROPOUT, True, INTERPRET)
+            HAS_DROPOUT, True, USE_TMA, INTERPRET)
     dq = _dq_from_kv_tiles(
-        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_full_lo, n_full_hi,
+        dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_lo, n_full_hi,
         seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
         seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, False, INTERPRET)
+        HAS_DROPOUT, False, USE_TMA, INTERPRET)
     dq = _dq_from_kv_tiles(
-        dq, q, do, lse, delta, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_full_hi, n_hi,
+        dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_hi, n_hi,
         seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
         seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, True, INTERPRET)
+        HAS_DROPOUT, True, USE_TMA, INTERPRET)
     store_rows(dQ + off_b64 * stride_dqb + q_start64 * stride_dqm + off_h64 * stride_dqh
                + offs_m[:, None] * stride_dqm + offs_d[None, :],
                round_to(dq * softmax_scale, dQ.dtype.element_ty, INTERPRET),
@@ -345,22 +369,31 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
         common.empty(q.shape, q.dtype, q.device)
     pointers, args = opts.kernel_args()
     sizes = dict(nheads=nheads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, softmax_scale=opts.softmax_scale)
+    use_tma = cfg.use_tma and not varlen and tma_usable(q, k, v, dout)
+    # the interpreter has no bulk reduce-add, so it keeps element atomics
+    tma_dq = use_tma and atomic_dq and not INTERPRET and tma_usable(dq)
+    q_src, do_src = (row_tiles(q, cfg.block_m, block_d), row_tiles(dout, cfg.block_m, block_d)) if use_tma \
+        else (q, dout)
+    dq_dst = row_tiles(dq, cfg.block_m, block_d) if tma_dq else dq
     attention_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, cfg.block_n), batch * nheads_k)](
-        q, k, v, dout, lse, delta, dq, dk, dv, *pointers,
+        q_src, k, v, do_src, lse, delta, dq_dst, dk, dv, *pointers,
         *row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
         *row_strides(dq, varlen), *row_strides(dk, varlen), *row_strides(dv, varlen),
         lse_sb, lse_sh, nheads_k=nheads_k, **sizes,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        ATOMIC_DQ=atomic_dq, INTERPRET=INTERPRET, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **args,
+        ATOMIC_DQ=atomic_dq, USE_TMA=use_tma, TMA_DQ=tma_dq, INTERPRET=INTERPRET, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages, **args,
     )
     if atomic_dq:
         return dq.to(q.dtype), dk, dv
 
+    k_src, v_src = (row_tiles(k, cfg.dq_block_n, block_d), row_tiles(v, cfg.dq_block_n, block_d)) if use_tma \
+        else (k, v)
     attention_bwd_dq_kernel[(triton.cdiv(seqlen_q, cfg.dq_block_m), batch * nheads)](
-        q, k, v, dout, lse, delta, dq, *pointers,
+        q, k_src, v_src, dout, lse, delta, dq, *pointers,
         *row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
         *row_strides(dq, varlen), lse_sb, lse_sh, group=nheads // nheads_k, **sizes,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n,
-        INTERPRET=INTERPRET, num_warps=cfg.dq_num_warps, num_stages=cfg.dq_num_stages, **args,
+        USE_TMA=use_tma, INTERPRET=INTERPRET, num_warps=cfg.dq_num_warps, num_stages=cfg.dq_num_stages, **args,
     )
     return dq, dk, dv

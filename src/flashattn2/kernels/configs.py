@@ -19,6 +19,8 @@ class FwdConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    # stream K and V through tensor descriptors where the inputs allow (dense, 16-byte aligned)
+    use_tma: bool = False
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,15 @@ class BwdConfig:
     dq_num_stages: int
     # default (non-deterministic) dQ strategy: fp32 atomics from the dK/dV kernel, or the dQ kernel
     atomic_dq: bool
+    # stream Q, dO (dK/dV kernel) and K, V (dQ kernel) through tensor descriptors where the inputs allow
+    use_tma: bool = False
 
 
-_INTERPRET_FWD = FwdConfig(32, 16, 4, 1)
+# Descriptors on under the interpreter so that CPU runs cover both load paths: it reads fp16 through
+# them and keeps pointers for bf16 (tma.tma_usable).
+_INTERPRET_FWD = FwdConfig(32, 16, 4, 1, True)
 # atomics on under the interpreter so that CPU runs cover both dQ paths (deterministic=True takes the other)
-_INTERPRET_BWD = BwdConfig(16, 32, 4, 1, 32, 16, 4, 1, True)
+_INTERPRET_BWD = BwdConfig(16, 32, 4, 1, 32, 16, 4, 1, True, True)
 
 # Hopper (sm_90), from the 2026-11-21 sweep on an H100 (bf16, seqlen 4096, 16k tokens, hidden 2048;
 # benchmarks/results/2026-11-21_sweep_h100.json). causal -> [(max padded head dim, config)], first fit.
@@ -47,14 +53,16 @@ _HOPPER_FWD: dict[bool, list[tuple[int, FwdConfig]]] = {
     False: [(64, FwdConfig(64, 64, 4, 3)), (128, FwdConfig(64, 64, 4, 3)), (256, FwdConfig(128, 64, 8, 2))],
     True: [(64, FwdConfig(128, 64, 8, 3)), (128, FwdConfig(64, 64, 4, 3)), (256, FwdConfig(128, 64, 8, 2))],
 }
-# The separate dQ kernel beat fp32 atomics at every head dim (by 7% to 30%), so Hopper uses it by default.
+# The separate dQ kernel beat fp32 atomics at every head dim (by 7% to 30%; in the second sweep also
+# against bulk reduce-adds through a descriptor), so Hopper uses it by default. Tensor descriptors
+# (the last field) won at hdim 128 and 256 and lost at 64 (2026-11-21 second sweep, NOTES.md).
 _HOPPER_BWD: dict[bool, list[tuple[int, BwdConfig]]] = {
     False: [(64, BwdConfig(32, 128, 4, 3, 128, 64, 8, 2, False)),
-            (128, BwdConfig(64, 64, 4, 2, 128, 32, 4, 3, False)),
-            (256, BwdConfig(64, 64, 8, 1, 64, 32, 4, 2, False))],
+            (128, BwdConfig(64, 64, 4, 2, 128, 32, 4, 3, False, True)),
+            (256, BwdConfig(64, 64, 8, 2, 64, 32, 4, 2, False, True))],
     True: [(64, BwdConfig(32, 128, 4, 3, 64, 64, 4, 3, False)),
-           (128, BwdConfig(64, 128, 8, 2, 128, 32, 4, 3, False)),
-           (256, BwdConfig(64, 64, 8, 1, 64, 32, 4, 2, False))],
+           (128, BwdConfig(64, 64, 4, 2, 128, 32, 4, 3, False, True)),
+           (256, BwdConfig(64, 64, 8, 2, 64, 32, 4, 2, False, True))],
 }
 # Other GPUs: modest tiles that fit in Ampere-class shared memory.
 _GENERIC_FWD: list[tuple[int, FwdConfig]] = [

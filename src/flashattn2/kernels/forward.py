@@ -14,22 +14,23 @@ from .params import AttnOptions, lse_strides, problem_dims, row_strides
 from .scores import transformed_scores
 from .seqlen_info import sequence_bounds
 from .softmax import finalize, online_softmax_update
+from .tma import load_tile, row_tiles, tma_usable
 
 
 @triton.jit
-def _attend_kv_tiles(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d,
+def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d,
                      n_lo, n_hi, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
                      softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                      HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                      HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
-                     INTERPRET: tl.constexpr):
+                     USE_TMA: tl.constexpr, INTERPRET: tl.constexpr):
     """Accumulate key tiles [n_lo, n_hi) into (acc, m_i, l_i); MASKED tiles check bounds and the window."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(n_lo, n_hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d,
-                      HEAD_DIM, BLOCK_D, MASKED)
+        k = load_tile(k_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_kn, offs_d, HEAD_DIM, BLOCK_D,
+                      BLOCK_N, MASKED, USE_TMA)
         qk = mma(q, tl.trans(k), None, INTERPRET)
         if HAS_SOFTCAP or HAS_ALIBI:
             # the transform needs the scaled scores: they come back in log2 units
@@ -43,8 +44,8 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, off
                                  window_right, HAS_LEFT, HAS_RIGHT)
             qk = tl.where(visible, qk, float("-inf"))
         p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, softmax_scale_log2, MASKED)
-        v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d,
-                      HEAD_DIM, BLOCK_D, MASKED)
+        v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_d, HEAD_DIM, BLOCK_D,
+                      BLOCK_N, MASKED, USE_TMA)
         if HAS_DROPOUT:
             # the row sum keeps every probability; only the values that reach V are dropped
             p = tl.where(dropout_keep(seed, offs_m[:, None], offs_n[None, :], head_idx, dropout_p), p, 0.0)
@@ -64,16 +65,21 @@ def attention_fwd_kernel(
     dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, INTERPRET: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """Out = softmax(scores) V and Lse = logsumexp(scores) (natural log), scores = Q K^T * scale with
     the optional softcap, ALiBi bias and window mask; dropout on the probabilities that reach V.
 
     qk_scale is softmax_scale * log2(e). Q, K, V, Out are (batch, seqlen, heads, head_dim) with any
     strides but a unit last one, or packed (total, heads, head_dim) with cumulative lengths (varlen).
-    GQA: query head h reads key head h // group.
+    GQA: query head h reads key head h // group. With USE_TMA, K and V are row_tiles descriptors.
     """
-    start_m = tl.program_id(0) * BLOCK_M
+    if HAS_RIGHT:
+        # longest first: under a causal mask the last query tiles see the most keys, so they start in
+        # the first wave and the short ones fill the tail
+        start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
+    else:
+        start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
     off_b = pid_bh // nheads
     off_h = pid_bh % nheads
@@ -82,13 +88,17 @@ def attention_fwd_kernel(
     if start_m >= seqlen_q:
         return  # a packed sequence shorter than the longest one
     off_b64 = off_b.to(tl.int64)
-    off_hk = (off_h // group).to(tl.int64)
+    off_hk = off_h // group
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     q_base = Q + off_b64 * stride_qb + q_start.to(tl.int64) * stride_qm + off_h.to(tl.int64) * stride_qh
-    k_base = K + off_b64 * stride_kb + k_start.to(tl.int64) * stride_kn + off_hk * stride_kh
-    v_base = V + off_b64 * stride_vb + k_start.to(tl.int64) * stride_vn + off_hk * stride_vh
+    if USE_TMA:
+        k_src = K
+        v_src = V
+    else:
+        k_src = K + off_b64 * stride_kb + k_start.to(tl.int64) * stride_kn + off_hk.to(tl.int64) * stride_kh
+        v_src = V + off_b64 * stride_vb + k_start.to(tl.int64) * stride_vn + off_hk.to(tl.int64) * stride_vh
     q = load_rows(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d,
                   HEAD_DIM, BLOCK_D, True)
     alibi_slope = 0.0
@@ -107,22 +117,22 @@ def attention_fwd_kernel(
     if HAS_LEFT:
         # tiles cut by the window's left edge (without one this range is empty)
         acc, m_i, l_i = _attend_kv_tiles(
-            acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_lo,
+            acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_lo,
             seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
             seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-            HAS_DROPOUT, True, INTERPRET)
+            HAS_DROPOUT, True, USE_TMA, INTERPRET)
     # tiles that every row sees whole: no mask arithmetic at all
     acc, m_i, l_i = _attend_kv_tiles(
-        acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_full_lo, n_full_hi,
+        acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_lo, n_full_hi,
         seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
         seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, False, INTERPRET)
+        HAS_DROPOUT, False, USE_TMA, INTERPRET)
     # tiles crossed by the diagonal (the window's right edge) or by the end of the keys
     acc, m_i, l_i = _attend_kv_tiles(
-        acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_d, n_full_hi, n_hi,
+        acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_hi, n_hi,
         seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
         seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, True, INTERPRET)
+        HAS_DROPOUT, True, USE_TMA, INTERPRET)
 
     out, lse = finalize(acc, m_i, l_i)
     if HAS_DROPOUT:
@@ -209,12 +219,14 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: A
     lse_sb, lse_sh = lse_strides(lse, opts.varlen)
     sizes = dict(nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
     grid = (triton.cdiv(seqlen_q, cfg.block_m), batch * nheads)
+    use_tma = cfg.use_tma and not opts.varlen and tma_usable(k, v)
+    k_src, v_src = (row_tiles(k, cfg.block_n, block_d), row_tiles(v, cfg.block_n, block_d)) if use_tma else (k, v)
     attention_fwd_kernel[grid](
-        q, k, v, out, lse, *pointers,
+        q, k_src, v_src, out, lse, *pointers,
         *row_strides(q, opts.varlen), *row_strides(k, opts.varlen), *row_strides(v, opts.varlen),
         *row_strides(out, opts.varlen), lse_sb, lse_sh, **sizes,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, INTERPRET=INTERPRET,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **args,
+        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, USE_TMA=use_tma,
+        INTERPRET=INTERPRET, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **args,
     )
     if return_probs:
         # the dump always applies the dropout sign, so it has no HAS_DROPOUT flag

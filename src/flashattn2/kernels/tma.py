@@ -1,0 +1,55 @@
+"""Tensor descriptors (Hopper's TMA) for the tiles the kernels stream: one copy instruction per tile,
+no per-element address arithmetic, and the hardware fills rows past the sequence end and columns past
+the head dim with zeros, so streamed tiles need no bounds masks.
+
+Used for dense (batch, seqlen, heads, head_dim) inputs whose base and strides meet TMA's 16-byte
+alignment; packed variable-length batches keep pointer loads, since a descriptor's bounds cannot end
+at each sequence.
+"""
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from .common import INTERPRET, load_rows
+
+_ALIGN_BYTES = 16
+
+
+def tma_usable(*tensors: torch.Tensor) -> bool:
+    """True when every tensor can be read through a descriptor: on a GPU that has TMA (or under the
+    interpreter), 16-byte aligned base and strides, unit last stride."""
+    if INTERPRET:
+        # the interpreter reads bf16 descriptors wrongly (fp16 and fp32 are right), so bf16 keeps pointers
+        if any(t.dtype == torch.bfloat16 for t in tensors):
+            return False
+    elif not all(t.is_cuda and torch.cuda.get_device_capability(t.device)[0] >= 9 for t in tensors):
+        return False
+    for t in tensors:
+        size = t.element_size()
+        if t.stride(-1) != 1 or t.data_ptr() % _ALIGN_BYTES:
+            return False
+        if any((s * size) % _ALIGN_BYTES for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+def row_tiles(x: torch.Tensor, block_rows: int, block_d: int) -> TensorDescriptor:
+    """A descriptor over dense x (batch, seqlen, heads, head_dim) handing out (block_rows, block_d)
+    tiles of one (batch, head)."""
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, block_rows, 1, block_d])
+
+
+@triton.jit
+def load_tile(src, off_b, off_h, start, offs_rows, n_rows, stride_row, offs_d,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+              CHECK_ROWS: tl.constexpr, USE_TMA: tl.constexpr):
+    """Rows [start, start + BLOCK_R) of one (batch, head): src is a row_tiles descriptor with USE_TMA,
+    else a pointer to that (batch, head)'s first row."""
+    if USE_TMA:
+        tile = src.load([off_b, start, off_h, 0]).reshape(BLOCK_R, BLOCK_D)
+    else:
+        tile = load_rows(src + offs_rows[:, None] * stride_row + offs_d[None, :], offs_rows, n_rows, offs_d,
+                         HEAD_DIM, BLOCK_D, CHECK_ROWS)
+    return tile
