@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -16,14 +17,18 @@ from flashattn2.bench import (
     make_shapes,
     markdown_report,
     markdown_table,
+    measure_first_calls,
     naive_attention,
     paper_batch_nheads,
+    ratio_table,
     run_suite,
     tflops_per_s,
+    tflops_table,
     write_json,
     write_results,
 )
-from flashattn2.bench.report import default_stem, device_slug, stdout_line
+from flashattn2.bench.core import fresh_triton_cache
+from flashattn2.bench.report import default_stem, device_slug, fmt_ratio_range, stdout_line
 
 
 def test_flops_forward_formula_and_causal_halving() -> None:
@@ -190,7 +195,8 @@ def test_write_json_and_markdown(tmp_path) -> None:
     }
     path = write_json(tmp_path / "r.json", meta, rows, memory)
     doc = json.loads(path.read_text())
-    assert set(doc) == {"meta", "rows", "memory"}
+    assert set(doc) == {"meta", "rows", "memory", "first_call"}
+    assert doc["first_call"] is None
     assert doc["meta"]["device"] == meta["device"]
     assert len(doc["rows"]) == 6
     assert doc["rows"][0]["tflops"]["naive"] is None
@@ -296,8 +302,20 @@ def test_cli_glue_on_cpu(monkeypatch, tmp_path, capsys) -> None:
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU 9000")
+    real_first_calls = measure_first_calls
+    cache_dirs = []
+
+    def cpu_first_calls(shapes, modes, device, **kw):
+        # --cold-cache must already point Triton at a fresh, empty directory when the first call runs.
+        path = os.environ.get("TRITON_CACHE_DIR")
+        cache_dirs.append(path)
+        assert path and os.path.isdir(path) and not os.listdir(path)
+        return real_first_calls(shapes, modes, "cpu", ours_fn=_stand_in, **kw)
+
     monkeypatch.setattr(cli, "run_suite", cpu_run_suite)
     monkeypatch.setattr(cli, "measure_memory", fake_memory)
+    monkeypatch.setattr(cli, "measure_first_calls", cpu_first_calls)
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/somewhere/else")
     argv = [
         "--seqlens",
         "32",
@@ -320,10 +338,15 @@ def test_cli_glue_on_cpu(monkeypatch, tmp_path, capsys) -> None:
         "--tag",
         "smoke",
         "--no-plot",
+        "--cold-cache",
     ]
     assert cli.main(argv) == 0
+    assert len(cache_dirs) == 1 and cache_dirs[0] != "/somewhere/else"
+    assert not os.path.exists(cache_dirs[0])  # the temporary cache is removed afterwards
+    assert os.environ["TRITON_CACHE_DIR"] == "/somewhere/else"  # and the variable restored
     out = capsys.readouterr().out
     assert "### fp32 fwd_bwd (TFLOP/s)" in out and "elapsed" in out
+    assert "first call fp32 hdim 16 causal 1 seqlen 32: fwd " in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.json", "smoke.md"]
     doc = json.loads((tmp_path / "smoke.json").read_text())
     assert doc["meta"]["device"] == "Fake GPU 9000"
@@ -332,6 +355,13 @@ def test_cli_glue_on_cpu(monkeypatch, tmp_path, capsys) -> None:
     assert {(r["batch"], r["nheads"]) for r in doc["rows"]} == {(2, 2), (1, 2)}
     assert all(r["tflops"][OURS] is not None for r in doc["rows"])
     assert doc["memory"]["rows"][0]["mib"][OURS] == 2.0
+    assert doc["meta"]["cold_cache"] is True
+    [first] = doc["first_call"]  # one (dtype, hdim, causal) combination: one entry, at its first seqlen
+    assert (first["dtype"], first["hdim"], first["causal"], first["seqlen"]) == ("fp32", 16, True, 32)
+    assert first["fwd_s"] > 0 and first["bwd_s"] > 0 and first["note"] is None
+    md = (tmp_path / "smoke.md").read_text()
+    assert "Fresh Triton cache (--cold-cache)" in md
+    assert "| fp32 | 16 | yes | 32 |" in md
 
 
 def test_feature_report_files(tmp_path):
@@ -344,3 +374,178 @@ def test_feature_report_files(tmp_path):
     assert [p.name for p in paths] == ["stem_features.json", "stem_features.md"]
     text = paths[1].read_text()
     assert "| window | causal + window (1024, 0) | 0.300 | 0.800 |" in text and "test device" in text
+
+
+# ------------------------------------------------------------------------------------ summary tables
+
+# ours / peer per (mode, seqlen); ours runs at 100 TFLOP/s, so the peer runs at 100 / ratio. None: not
+# measured. Picked so that the seqlen windows matter: 512 is outside 1k-16k (fwd/cuDNN 0.50 must not show
+# there), bwd 4096 (0.40) is inside 1k-16k but outside the short causal window, whose min (0.45) is bwd 1k.
+_CUDNN = {
+    "fwd": {512: 0.50, 1024: 0.85, 2048: 0.90, 4096: 0.97, 8192: 0.93, 16384: 0.88},
+    "bwd": {512: 0.60, 1024: 0.45, 2048: 0.65, 4096: 0.40, 8192: 0.70, 16384: 0.75},
+    "fwd_bwd": dict.fromkeys((512, 1024, 2048, 4096, 8192, 16384), 0.10),  # must not show anywhere
+}
+_FLASH = {
+    "fwd": {512: 2.00, 1024: 1.30, 2048: 1.30, 4096: 1.30, 8192: 1.30, 16384: None},
+    "bwd": dict.fromkeys((512, 1024, 2048, 4096, 8192, 16384)),
+    "fwd_bwd": dict.fromkeys((512, 1024, 2048, 4096, 8192, 16384), 0.10),
+}
+
+
+def _summary_rows(dtype: str = "bf16", hdims: tuple[int, ...] = (128, 64)) -> list[dict]:
+    rows = []
+    for hdim in hdims:
+        for causal in (True, False):
+            for seqlen in (16384, 512, 1024, 2048, 4096, 8192):  # out of order on purpose
+                shape = Shape(max(1, 16384 // seqlen), seqlen, 2048 // hdim, hdim, causal, dtype)
+                for mode in MODES:
+                    flops = attention_flops(shape.batch, shape.nheads, seqlen, seqlen, hdim, causal, mode)
+
+                    def ms_for(ratio: float | None, flops: float = flops) -> float | None:
+                        return None if ratio is None else flops / (100.0 / ratio * 1e12) * 1e3
+
+                    ms = {
+                        OURS: ms_for(1.0),
+                        "sdpa-flash": ms_for(_FLASH[mode][seqlen]),
+                        "sdpa-cudnn": ms_for(_CUDNN[mode][seqlen]),
+                    }
+                    rows.append(make_row(shape, mode, ms))
+    return rows
+
+
+RATIO_HEADER = (
+    "| dtype | hdim | causal | fwd / cuDNN 1k-16k | fwd / SDPA-flash 1k-16k | bwd / cuDNN 1k-16k "
+    "| bwd / SDPA-flash 1k-16k | causal 512-2k / cuDNN, min |"
+)
+
+
+def test_fmt_ratio_range() -> None:
+    assert fmt_ratio_range([0.97, 0.851, 0.9]) == "0.85-0.97"
+    assert fmt_ratio_range([1.304, 1.296]) == "1.30"  # both ends print the same: one number
+    assert fmt_ratio_range([]) == "n/a"
+
+
+def test_ratio_table_exact() -> None:
+    rows = _summary_rows("bf16") + _summary_rows("fp16", hdims=(64,))
+    lines = ratio_table(rows).splitlines()
+    assert lines[0] == RATIO_HEADER
+    assert lines[1] == "|---|---|---|---:|---:|---:|---:|---:|"
+    assert lines[2:] == [
+        "| bf16 | 64 | no | 0.85-0.97 | 1.30 | 0.40-0.75 | n/a |  |",
+        "| bf16 | 64 | yes | 0.85-0.97 | 1.30 | 0.40-0.75 | n/a | 0.45 |",
+        "| bf16 | 128 | no | 0.85-0.97 | 1.30 | 0.40-0.75 | n/a |  |",
+        "| bf16 | 128 | yes | 0.85-0.97 | 1.30 | 0.40-0.75 | n/a | 0.45 |",
+        "| fp16 | 64 | no | 0.85-0.97 | 1.30 | 0.40-0.75 | n/a |  |",
+        "| fp16 | 64 | yes | 0.85-0.97 | 1.30 | 0.40-0.75 | n/a | 0.45 |",
+    ]
+    # Rows without a stored 'ratios' dict (hand-made) give the same table, recomputed from TFLOP/s.
+    bare = [{k: v for k, v in r.items() if k != "ratios"} for r in rows]
+    assert ratio_table(bare) == ratio_table(rows)
+    # The stored ratios are what the table reads: raising the 1k ones moves both ranges and the short min.
+    bumped = [dict(r, ratios=dict(r["ratios"], **{"sdpa-cudnn": 1.234})) if r["seqlen"] == 1024 else r for r in rows]
+    assert ratio_table(bumped).splitlines()[3] == "| bf16 | 64 | yes | 0.88-1.23 | 1.30 | 0.40-1.23 | n/a | 0.50 |"
+
+
+def test_tflops_table_exact() -> None:
+    rows = _summary_rows("bf16") + _summary_rows("fp16", hdims=(64,))  # fp16 has no hdim 128: no lines
+    assert tflops_table(rows).splitlines() == [
+        "| dtype | mode | causal | seqlen | ours | cuDNN | SDPA-flash |",
+        "|---|---|---|---:|---:|---:|---:|",
+        "| bf16 | fwd | no | 8192 | 100.0 | 107.5 | 76.9 |",
+        "| bf16 | fwd | no | 16384 | 100.0 | 113.6 | n/a |",
+        "| bf16 | fwd | yes | 8192 | 100.0 | 107.5 | 76.9 |",
+        "| bf16 | fwd | yes | 16384 | 100.0 | 113.6 | n/a |",
+        "| bf16 | bwd | no | 8192 | 100.0 | 142.9 | n/a |",
+        "| bf16 | bwd | no | 16384 | 100.0 | 133.3 | n/a |",
+        "| bf16 | bwd | yes | 8192 | 100.0 | 142.9 | n/a |",
+        "| bf16 | bwd | yes | 16384 | 100.0 | 133.3 | n/a |",
+    ]
+    assert tflops_table(_summary_rows("fp16", hdims=(64,))) == ""
+
+
+def test_report_cli_prints_summary(tmp_path, capsys) -> None:
+    from flashattn2.bench.report import main
+
+    meta = {"device": "Fake GPU", "torch": "2.x", "triton": "3.y", "date_utc": "2026-01-02 03:04:05 UTC"}
+    write_json(tmp_path / "a.json", dict(meta, git_commit="0123456789" * 4), _summary_rows("bf16"))
+    write_json(tmp_path / "b.json", dict(meta, git_commit=None), _summary_rows("fp16", hdims=(64,)))
+    assert main([str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert RATIO_HEADER in out
+    assert "| fp16 | 64 | yes | 0.85-0.97 | 1.30 | 0.40-0.75 | n/a | 0.45 |" in out
+    assert "| bf16 | bwd | yes | 16384 | 100.0 | 133.3 | n/a |" in out
+    # Different set-ups: one meta line each, saying which dtypes it covers; under the tables.
+    assert out[-2:] == [
+        "- bf16: Fake GPU, torch 2.x, triton 3.y, 2026-01-02, commit 0123456",
+        "- fp16: Fake GPU, torch 2.x, triton 3.y, 2026-01-02, commit unknown",
+    ]
+    assert main([str(tmp_path / "a.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "Measured on Fake GPU, torch 2.x, triton 3.y, 2026-01-02, commit 0123456."
+    assert main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_markdown_report_summary_on_top_and_first_call(tmp_path) -> None:
+    rows = _summary_rows("bf16", hdims=(128,))
+    meta = {"device": "Fake GPU", "torch": "2.x", "triton": "3.y", "date_utc": "2026-01-02", "cold_cache": False}
+    first = [
+        {"dtype": "bf16", "hdim": 128, "causal": False, "seqlen": 512, "batch": 32, "nheads": 16,
+         "fwd_s": 2.345, "bwd_s": 6.0, "note": None},
+        {"dtype": "bf16", "hdim": 128, "causal": True, "seqlen": 512, "batch": 32, "nheads": 16,
+         "fwd_s": None, "bwd_s": None, "note": "RuntimeError: boom"},
+    ]
+    files = write_results(tmp_path, "r", meta, rows, None, plot=False, first_call=first)
+    md = files["md"].read_text()
+    # The summary tables come first, the full per-row tables after them.
+    assert md.index("## Summary") < md.index(RATIO_HEADER) < md.index("| dtype | mode | causal | seqlen | ours |")
+    assert md.index("| bf16 | bwd | yes | 16384 | 100.0 | 133.3 | n/a |") < md.index("## bf16 fwd (TFLOP/s)")
+    assert "Measured on Fake GPU, torch 2.x, triton 3.y, 2026-01-02, commit unknown." in md
+    assert "| bf16 | 128 | no | 512 | 2.35 | 6.00 |" in md
+    assert "| bf16 | 128 | yes | 512 | n/a | n/a |" in md
+    assert "- bf16 d128 causal: RuntimeError: boom" in md
+    assert "Triton's disk cache as found" in md
+    assert json.loads(files["json"].read_text())["first_call"] == first
+
+
+# -------------------------------------------------------------------------------------------- first call
+
+
+def test_measure_first_calls_one_call_per_combination() -> None:
+    calls = []
+
+    def counting(q, k, v, causal=False):
+        calls.append((q.shape[1], causal, torch.is_grad_enabled()))
+        return _stand_in(q, k, v, causal)
+
+    shapes = make_shapes([64, 32], [16], [False, True], ["fp32"], total_tokens=64, hidden=32)
+    entries = measure_first_calls(shapes, MODES, "cpu", ours_fn=counting)
+    # One forward per (dtype, hdim, causal), on its first shape in run order, with autograd on for the backward.
+    assert calls == [(64, False, True), (64, True, True)]
+    assert [(e["dtype"], e["hdim"], e["causal"], e["seqlen"], e["batch"], e["nheads"]) for e in entries] == [
+        ("fp32", 16, False, 64, 1, 2),
+        ("fp32", 16, True, 64, 1, 2),
+    ]
+    for e in entries:
+        assert e["fwd_s"] > 0 and e["bwd_s"] > 0 and e["note"] is None
+
+    calls.clear()
+    [entry] = measure_first_calls(shapes[:1], ["fwd"], "cpu", ours_fn=counting)
+    assert calls == [(64, False, False)]  # forward-only runs time the no_grad forward, and no backward
+    assert entry["fwd_s"] > 0 and entry["bwd_s"] is None
+
+
+def test_measure_first_calls_records_failures() -> None:
+    def broken(q, k, v, causal=False):
+        raise RuntimeError("does not compile")
+
+    [entry] = measure_first_calls([Shape(1, 32, 2, 16, False, "fp32")], MODES, "cpu", ours_fn=broken)
+    assert (entry["fwd_s"], entry["bwd_s"]) == (None, None)
+    assert entry["note"] == "RuntimeError: does not compile"
+
+
+def test_fresh_triton_cache_restores_the_variable(monkeypatch) -> None:
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    with fresh_triton_cache() as path:
+        assert os.environ["TRITON_CACHE_DIR"] == path and os.path.isdir(path)
+    assert "TRITON_CACHE_DIR" not in os.environ and not os.path.exists(path)

@@ -4,6 +4,7 @@ Writes <out-dir>/<tag or YYYY-MM-DD_device>.json, .md and .png, and prints a lin
 """
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -26,13 +27,17 @@ from .core import (
     QUICK_DTYPES,
     QUICK_HDIMS,
     QUICK_SEQLENS,
+    fresh_triton_cache,
     make_shapes,
+    measure_first_calls,
     measure_memory,
     run_suite,
 )
 from .report import (
     collect_meta,
     default_stem,
+    first_call_line,
+    first_call_table,
     markdown_table,
     memory_line,
     memory_table,
@@ -85,12 +90,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mem-nheads", type=int, default=16, help="memory measurement heads (16)")
     p.add_argument("--mem-hdim", type=int, default=128, help="memory measurement headdim (128)")
     p.add_argument("--mem-dtype", choices=sorted(DTYPES), default="bf16", help="memory measurement dtype")
+    p.add_argument(
+        "--cold-cache",
+        action="store_true",
+        help="compile into a fresh, temporary TRITON_CACHE_DIR so the first-call times include the whole "
+        "compile (default: Triton's own cache, where an earlier run's kernels are only loaded)",
+    )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    # Set before anything can compile a kernel: Triton reads TRITON_CACHE_DIR when it compiles.
+    with fresh_triton_cache() if args.cold_cache else contextlib.nullcontext():
+        return _run(args, argv)
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
     seqlens = args.seqlens or list(QUICK_SEQLENS if args.quick else DEFAULT_SEQLENS)
     hdims = args.hdims or list(QUICK_HDIMS if args.quick else DEFAULT_HDIMS)
     dtypes = args.dtypes or list(QUICK_DTYPES if args.quick else DEFAULT_DTYPES)
@@ -117,6 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{device_name}: {len(shapes)} shapes x {len(args.modes)} modes x {len(names)} implementations, "
         f"warmup {args.warmup:g} ms, rep {args.rep:g} ms (TFLOP/s; n/a = failed, skip = too big for naive)"
+    )
+    # First, before run_suite warms anything up: the first call of each combination compiles its kernels.
+    first_call = measure_first_calls(
+        shapes, args.modes, device, on_row=lambda entry: print(first_call_line(entry), flush=True)
     )
     print(stdout_header(names), flush=True)
     rows = run_suite(
@@ -157,16 +178,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "warmup_ms": args.warmup,
             "rep_ms": args.rep,
             "elapsed_s": round(elapsed, 1),
+            "cold_cache": args.cold_cache,
         },
     )
     stem = args.tag or default_stem(device_name)
-    files = write_results(args.out_dir, stem, meta, rows, memory, plot=not args.no_plot)
+    files = write_results(args.out_dir, stem, meta, rows, memory, plot=not args.no_plot, first_call=first_call)
 
     print()
     print(markdown_table(rows))
     mem = memory_table(memory)
     if mem:
         print(mem)
+    print(first_call_table(first_call, args.cold_cache))
     print("wrote " + ", ".join(str(p) for p in files.values()))
     print(f"elapsed {elapsed:.0f} s")
     return 0

@@ -6,11 +6,13 @@ tests use) imports on a machine without a GPU and while the kernels are still be
 
 import contextlib
 import gc
+import os
 import re
 import statistics
+import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -512,6 +514,109 @@ def compute_ratios(tflops: Mapping[str, float | None], ours: str = OURS) -> dict
             continue
         out[name] = mine / val if mine is not None and val else None
     return out
+
+
+# ---------------------------------------------------------------------------------------- first call
+
+
+@contextlib.contextmanager
+def fresh_triton_cache() -> Iterator[str]:
+    """Point TRITON_CACHE_DIR at a new empty directory for the duration, then restore it and delete the dir.
+
+    Triton looks the variable up when it compiles (and when it first builds its driver helpers), not at
+    import, so this must be entered before the first kernel call; kernels already compiled in this process
+    stay in Triton's in-memory cache and would not be recompiled.
+    """
+    old = os.environ.get("TRITON_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="flashattn2-triton-cache-") as path:
+        os.environ["TRITON_CACHE_DIR"] = path
+        try:
+            yield path
+        finally:
+            if old is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = old
+
+
+def first_call_shapes(shapes: Iterable[Shape]) -> list[Shape]:
+    """The first shape of each (dtype, hdim, causal) combination, in run order: one compile each."""
+    first: dict[tuple[str, int, bool], Shape] = {}
+    for shape in shapes:
+        first.setdefault((shape.dtype, shape.headdim, shape.causal), shape)
+    return list(first.values())
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _wall_once(fn: Callable[[], Any], dev: torch.device) -> tuple[float, Any]:
+    """Seconds of one call and its result; synchronised before, so earlier queued work is not counted, and
+    after, so the kernels' run is."""
+    _sync(dev)
+    t0 = time.perf_counter()
+    result = fn()
+    _sync(dev)
+    return time.perf_counter() - t0, result
+
+
+def _first_call(impl: Impl, shape: Shape, dev: torch.device, with_bwd: bool, seed: int) -> tuple[float, float | None]:
+    """(forward s, backward s or None); the tensors are freed when this returns."""
+    q, k, v, dout = make_inputs(shape, impl.layout, dev, with_bwd, seed)
+    call = impl.bind(q, k, v, shape.causal)  # imports the kernels; compiles nothing yet
+    with torch.set_grad_enabled(with_bwd):
+        fwd_s, out = _wall_once(call, dev)
+    if not with_bwd:
+        return fwd_s, None
+    bwd_s, _ = _wall_once(lambda: out.backward(dout), dev)
+    return fwd_s, bwd_s
+
+
+def measure_first_calls(
+    shapes: Iterable[Shape],
+    modes: Iterable[str] = MODES,
+    device: str | torch.device = "cuda",
+    *,
+    ours_fn: AttnFn | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Wall time of our very first forward and backward call of each (dtype, hdim, causal), JIT compile
+    included: what a user waits for on a new shape. Run it before anything else calls the kernels in this
+    process (run_suite's warm-ups would otherwise have compiled them). One forward and one backward per
+    combination, on its first shape, nothing repeated.
+
+    The forward runs with autograd on (the training call the backward needs) unless modes is just fwd,
+    then under no_grad as the fwd benchmark does; bwd_s is None then. Entries: dtype, hdim, causal,
+    seqlen, batch, nheads, fwd_s, bwd_s, note (why a value is None, else None). Failures are recorded.
+    """
+    dev = torch.device(device)
+    with_bwd = any(m != "fwd" for m in modes)
+    entries: list[dict[str, Any]] = []
+    for shape in first_call_shapes(shapes):
+        entry: dict[str, Any] = {
+            "dtype": shape.dtype,
+            "hdim": shape.headdim,
+            "causal": shape.causal,
+            "seqlen": shape.seqlen,
+            "batch": shape.batch,
+            "nheads": shape.nheads,
+            "fwd_s": None,
+            "bwd_s": None,
+            "note": None,
+        }
+        try:
+            entry["fwd_s"], entry["bwd_s"] = _first_call(make_impl(OURS, ours_fn), shape, dev, with_bwd, seed)
+            free_memory(dev)
+        except Exception as exc:
+            entry["note"] = failure_reason(exc)
+            free_memory(dev, collect=True)
+        entries.append(entry)
+        if on_row is not None:
+            on_row(entry)
+    return entries
 
 
 # -------------------------------------------------------------------------------------------- memory
