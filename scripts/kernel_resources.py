@@ -26,10 +26,12 @@ PLAIN = dict(HAS_LEFT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False
              INTERPRET=False)
 
 
-def _signature(fn, constexprs: dict) -> dict:
+def _signature(fn, constexprs: dict, descriptors: dict) -> dict:
     sig = {}
     for name in fn.arg_names:
-        if name in constexprs:
+        if name in descriptors:
+            sig[name] = f"tensordesc<{'fp32' if name == 'dQ' else 'bf16'}{list(descriptors[name])}>"
+        elif name in constexprs:
             sig[name] = "constexpr"
         elif name in FLOAT_ARGS:
             sig[name] = "fp32"
@@ -40,9 +42,10 @@ def _signature(fn, constexprs: dict) -> dict:
     return sig
 
 
-def resources(fn, constexprs: dict, num_warps: int, num_stages: int) -> str:
+def resources(fn, constexprs: dict, num_warps: int, num_stages: int, descriptors: dict | None = None) -> str:
+    """descriptors: argument name -> block shape, for tensors passed as TMA descriptors (USE_TMA)."""
     constexprs = {**constexprs, **{name: None for name in OPTIONAL_POINTERS if name in fn.arg_names}}
-    src = ASTSource(fn=fn, signature=_signature(fn, constexprs),
+    src = ASTSource(fn=fn, signature=_signature(fn, constexprs, descriptors or {}),
                     constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                             options={"num_warps": num_warps, "num_stages": num_stages})

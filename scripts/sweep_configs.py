@@ -1,105 +1,130 @@
 """Time candidate tile configurations of the forward and backward kernels on the GPU.
 
-    PYTHONPATH=src python scripts/sweep_configs.py [--seqlen 4096] [--hdims 64 128 256] [--out FILE]
+    PYTHONPATH=src python scripts/sweep_configs.py [--seqlen 4096] [--hdims 128 64 256] [--out FILE]
+        [--budget-s 500]
 
-bf16, 16k tokens per batch, hidden 2048 (the paper's setup). Prints TFLOP/s per candidate and the best
-per (head dim, causal); the winners go into src/flashattn2/kernels/configs.py by hand, with the run
-recorded in benchmarks/NOTES.md.
+bf16, 16k tokens per batch, hidden 2048 (the paper's setup). Each candidate is checked against a
+reference and timed; the dK/dV and dQ kernels are swept one at a time with the other kernel fixed at
+its current configuration, and dK/dV also with dQ by bulk atomics instead of the dQ kernel. Results
+are appended to --out after every candidate, so a run cut short keeps what it measured; candidates
+left when the time budget runs out are skipped. The winners go into src/flashattn2/kernels/configs.py
+by hand, with the run recorded in benchmarks/NOTES.md.
 """
 
 import argparse
+import dataclasses
 import json
 import time
 
 import torch
+import triton
 import triton.testing
 
-from flashattn2.interface import _fwd_op
 from flashattn2.kernels.backward import attention_backward
-from flashattn2.kernels.configs import BwdConfig, FwdConfig
+from flashattn2.kernels.configs import BwdConfig, FwdConfig, bwd_config, fwd_config
 from flashattn2.kernels.forward import attention_forward
+from flashattn2.kernels.params import AttnOptions
 
+# (BLOCK_M, BLOCK_N, warps, stages); all with tensor descriptors, plus the current config without them
 FWD = {
-    64: [(128, 64, 4, 3), (128, 64, 4, 4), (128, 64, 8, 3), (128, 128, 8, 3), (128, 128, 4, 3),
-         (64, 64, 4, 3)],
-    128: [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (128, 128, 8, 2), (64, 64, 4, 3),
-          (128, 32, 4, 3)],
-    256: [(64, 64, 4, 2), (128, 64, 8, 2), (64, 32, 4, 2), (128, 32, 8, 2), (64, 64, 8, 2)],
+    64: [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3), (128, 128, 8, 2)],
+    128: [(128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 8, 2)],
+    256: [(128, 64, 8, 2), (128, 32, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
 }
-# dK/dV kernel (block_m, block_n, warps, stages); dQ kernel likewise
 DKDV = {
-    64: [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 3), (128, 128, 8, 2), (64, 128, 4, 2)],
-    128: [(64, 128, 8, 2), (32, 128, 4, 3), (64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 3)],
-    256: [(32, 64, 8, 1), (32, 64, 4, 2), (16, 64, 4, 2), (32, 32, 4, 2), (64, 64, 8, 1)],
+    64: [(64, 128, 8, 2), (32, 128, 8, 2), (64, 64, 8, 2), (64, 64, 4, 2), (32, 128, 4, 3)],
+    128: [(64, 64, 8, 2), (64, 128, 8, 2), (32, 128, 8, 2), (64, 64, 4, 2), (32, 64, 4, 2)],
+    256: [(64, 64, 8, 1), (32, 64, 8, 1), (32, 64, 4, 2), (64, 64, 8, 2), (32, 128, 8, 1)],
 }
 DQ = {
-    64: [(128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3), (64, 128, 8, 2)],
-    128: [(128, 64, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3), (64, 128, 8, 2)],
-    256: [(64, 32, 4, 2), (32, 64, 4, 2), (64, 64, 8, 1)],
+    64: [(128, 64, 8, 2), (64, 64, 4, 3), (128, 128, 8, 2), (64, 128, 8, 2)],
+    128: [(64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 8, 2), (128, 32, 4, 3)],
+    256: [(64, 32, 4, 2), (64, 64, 8, 2), (128, 32, 8, 2), (64, 64, 8, 1)],
 }
 
 
-def _try(record, fn, check):
+class Budget:
+    def __init__(self, seconds: float):
+        self.deadline = time.time() + seconds
+
+    def left(self) -> bool:
+        return time.time() < self.deadline
+
+
+def _try(record, fn, check, out, budget):
     """Run, check and time fn(); a candidate that fails to compile or run is recorded, not fatal."""
+    if not budget.left():
+        return None
+    t0 = time.time()
     try:
         record["err"] = check(fn())
-        record["ms"] = triton.testing.do_bench(fn, warmup=20, rep=60, return_mode="median")
+        record["first_s"] = round(time.time() - t0, 2)
+        record["ms"] = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
         record["tflops"] = record["flops"] / record["ms"] / 1e9
     except Exception as exc:  # out of shared memory, compile failure
-        record["error"] = str(exc)[:200]
+        record["error"] = str(exc)[:300]
     del record["flops"]
     print(json.dumps(record), flush=True)
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps(record) + "\n")
     return record
 
 
-def sweep_shape(hdim, causal, seqlen):
-    batch, nheads = 16384 // seqlen, 2048 // hdim
-    q, k, v, dout = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=torch.bfloat16)
+def sweep_shape(hdim, causal, seqlen, out, budget, tokens=16384, device="cuda"):
+    batch, nheads = max(tokens // seqlen, 1), 2048 // hdim
+    q, k, v, dout = (torch.randn(batch, seqlen, nheads, hdim, device=device, dtype=torch.bfloat16)
                      for _ in range(4))
-    scale = hdim**-0.5
+    opts = AttnOptions(hdim**-0.5, window_right=0 if causal else -1)
     fwd_flops = 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
     ref = torch.nn.functional.scaled_dot_product_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal).transpose(1, 2)
-    results = []
-    for cand in FWD[hdim]:
-        cfg = FwdConfig(*cand)
-        rec = {"kind": "fwd", "hdim": hdim, "causal": causal, "cfg": cand, "flops": fwd_flops}
-        results.append(_try(rec, lambda cfg=cfg: attention_forward(q, k, v, scale, causal, cfg),
-                            lambda res: (res[0].float() - ref.float()).abs().max().item()))
-    out, lse = _fwd_op(q, k, v, scale, causal, False)
-    dq_det = attention_backward(dout, q, k, v, out, lse, scale, causal, True)[0].float()
-    for dkdv in DKDV[hdim]:
-        for cfg in [BwdConfig(*dkdv, *DQ[hdim][0], True)] + [BwdConfig(*dkdv, *dq, False) for dq in DQ[hdim]]:
-            rec = {"kind": "bwd", "hdim": hdim, "causal": causal, "flops": 2.5 * fwd_flops,
-                   "cfg": [*dkdv, cfg.dq_block_m, cfg.dq_block_n, cfg.dq_num_warps, cfg.dq_num_stages,
-                           cfg.atomic_dq]}
-            results.append(_try(
-                rec, lambda cfg=cfg: attention_backward(dout, q, k, v, out, lse, scale, causal, False, cfg),
-                lambda res: (res[0].float() - dq_det).abs().max().item()))
-    return results
+    base = {"hdim": hdim, "causal": causal, "seqlen": seqlen}
+
+    cur = fwd_config(hdim, causal, q.device)
+    fwd_cands = [dataclasses.replace(cur, use_tma=False)] + [FwdConfig(*c) for c in FWD[hdim]]
+    for cfg in fwd_cands:
+        rec = {"kind": "fwd", **base, "cfg": dataclasses.astuple(cfg), "flops": fwd_flops}
+        _try(rec, lambda cfg=cfg: attention_forward(q, k, v, opts, config=cfg)[0],
+             lambda res: (res.float() - ref.float()).abs().max().item(), out, budget)
+
+    out_, lse, _ = attention_forward(q, k, v, opts)
+    cur = bwd_config(hdim, causal, q.device)
+    ref_grads = [g.float() for g in attention_backward(dout, q, k, v, out_, lse, opts, True, config=cur)]
+    dq_cur = (cur.dq_block_m, cur.dq_block_n, cur.dq_num_warps, cur.dq_num_stages)
+    dkdv_cur = (cur.block_m, cur.block_n, cur.num_warps, cur.num_stages)
+    bwd_cands = [dataclasses.replace(cur, use_tma=False, atomic_dq=False)]
+    bwd_cands += [BwdConfig(*c, *dq_cur, False) for c in DKDV[hdim]]
+    bwd_cands += [BwdConfig(*dkdv_cur, *c, False) for c in DQ[hdim]]
+    bwd_cands += [BwdConfig(*c, *dq_cur, True) for c in DKDV[hdim]]
+    for cfg in bwd_cands:
+        rec = {"kind": "bwd", **base, "cfg": dataclasses.astuple(cfg), "flops": 2.5 * fwd_flops}
+        _try(rec, lambda cfg=cfg: attention_backward(dout, q, k, v, out_, lse, opts, False, config=cfg),
+             lambda res: max((g.float() - r).abs().max().item() for g, r in zip(res, ref_grads, strict=True)),
+             out, budget)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seqlen", type=int, default=4096)
-    parser.add_argument("--hdims", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--hdims", type=int, nargs="+", default=[128, 64, 256])
     parser.add_argument("--out", default=None)
+    parser.add_argument("--budget-s", type=float, default=500.0)
+    # a dry run of the script's logic on the CPU (TRITON_INTERPRET=1): --device cpu --tokens 64
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
-    t0 = time.time()
-    results = [r for hdim in args.hdims for causal in (False, True)
-               for r in sweep_shape(hdim, causal, args.seqlen)]
-    print(f"\nsweep took {time.time() - t0:.0f} s\n")
-    for kind in ("fwd", "bwd"):
-        for hdim in args.hdims:
-            for causal in (False, True):
-                ok = [r for r in results
-                      if (r["kind"], r["hdim"], r["causal"]) == (kind, hdim, causal) and "tflops" in r]
-                for r in sorted(ok, key=lambda r: -r["tflops"])[:3]:
-                    print(f"{kind} d={hdim} causal={int(causal)} {r['cfg']} {r['tflops']:.0f} TFLOP/s")
+    budget = Budget(args.budget_s)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "triton": triton.__version__, "seqlen": args.seqlen, "results": results}, f, indent=1)
+            name = torch.cuda.get_device_name() if args.device == "cuda" else args.device
+            f.write(json.dumps({"device": name, "torch": torch.__version__,
+                                "triton": triton.__version__, "seqlen": args.seqlen}) + "\n")
+    t0 = time.time()
+    for hdim in args.hdims:
+        for causal in (False, True):
+            sweep_shape(hdim, causal, args.seqlen, args.out, budget, args.tokens, args.device)
+    print(f"\nsweep took {time.time() - t0:.0f} s\n")
 
 
 if __name__ == "__main__":
