@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN, help="nheads * headdim (2048)")
     p.add_argument("--warmup", type=float, default=DEFAULT_WARMUP_MS, help="do_bench warmup, ms (25)")
     p.add_argument("--rep", type=float, default=DEFAULT_REP_MS, help="do_bench repetition time, ms (100)")
+    p.add_argument("--trials", type=int, default=2,
+                   help="do_bench calls per measurement, best median kept, same for every implementation (2)")
     p.add_argument("--out-dir", default="benchmarks/results", help="default benchmarks/results")
     p.add_argument("--tag", help="result file name stem (default YYYY-MM-DD_<device>)")
     p.add_argument(
@@ -147,6 +149,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         device,
         warmup_ms=args.warmup,
         rep_ms=args.rep,
+        trials=args.trials,
         on_row=lambda row: print(stdout_line(row, names), flush=True),
     )
 
@@ -177,6 +180,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
             "hidden": args.hidden,
             "warmup_ms": args.warmup,
             "rep_ms": args.rep,
+            "trials": args.trials,
             "elapsed_s": round(elapsed, 1),
             "cold_cache": args.cold_cache,
         },

@@ -273,11 +273,7 @@ def attention_bwd_dq_kernel(
 ):
     """dQ for one query tile: no atomics, so it is bitwise reproducible. With USE_TMA, K and V are
     row_tiles descriptors."""
-    if HAS_RIGHT:
-        # longest first, as in the forward: the last query tiles see the most keys
-        start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
-    else:
-        start_m = tl.program_id(0) * BLOCK_M
+    start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
     off_b = pid_bh // nheads
     off_h = pid_bh % nheads
@@ -394,6 +390,7 @@ def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
         *row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
         *row_strides(dq, varlen), lse_sb, lse_sh, group=nheads // nheads_k, **sizes,
         HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n,
-        USE_TMA=use_tma, INTERPRET=INTERPRET, num_warps=cfg.dq_num_warps, num_stages=cfg.dq_num_stages, **args,
+        USE_TMA=use_tma, INTERPRET=INTERPRET, num_warps=cfg.dq_num_warps,
+        num_stages=cfg.dq_num_stages, **args,
     )
     return dq, dk, dv

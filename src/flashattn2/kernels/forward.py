@@ -74,12 +74,7 @@ def attention_fwd_kernel(
     strides but a unit last one, or packed (total, heads, head_dim) with cumulative lengths (varlen).
     GQA: query head h reads key head h // group. With USE_TMA, K and V are row_tiles descriptors.
     """
-    if HAS_RIGHT:
-        # longest first: under a causal mask the last query tiles see the most keys, so they start in
-        # the first wave and the short ones fill the tail
-        start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
-    else:
-        start_m = tl.program_id(0) * BLOCK_M
+    start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
     off_b = pid_bh // nheads
     off_h = pid_bh % nheads
