@@ -13,19 +13,15 @@ import json
 import torch
 import triton
 import triton.testing
+from sweep_configs import make_problem
 
 from flashattn2.kernels.backward import attention_backward
 from flashattn2.kernels.configs import bwd_config, fwd_config
 from flashattn2.kernels.forward import attention_forward
-from flashattn2.kernels.params import AttnOptions
 
 
 def ab_shape(what: str, hdim: int, causal: bool, seqlen: int) -> dict:
-    batch, nheads = 16384 // seqlen, 2048 // hdim
-    q, k, v, dout = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=torch.bfloat16)
-                     for _ in range(4))
-    opts = AttnOptions(hdim**-0.5, window_right=0 if causal else -1)
-    flops = 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
+    q, k, v, dout, opts, flops = make_problem(hdim, causal, seqlen)
     fcur, bcur = fwd_config(hdim, causal, q.device), bwd_config(hdim, causal, q.device)
     out, lse, _ = attention_forward(q, k, v, opts)
     row = {"hdim": hdim, "causal": causal, "seqlen": seqlen}

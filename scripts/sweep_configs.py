@@ -71,12 +71,17 @@ def _try(record, fn, check, out, budget):
     return record
 
 
-def sweep_shape(hdim, causal, seqlen, out, budget, tokens=16384, device="cuda"):
+def make_problem(hdim, causal, seqlen, tokens=16384, device="cuda"):
+    """Random bf16 q, k, v, dout of the paper's setup (hidden 2048), the options and the forward FLOPs."""
     batch, nheads = max(tokens // seqlen, 1), 2048 // hdim
     q, k, v, dout = (torch.randn(batch, seqlen, nheads, hdim, device=device, dtype=torch.bfloat16)
                      for _ in range(4))
     opts = AttnOptions(hdim**-0.5, window_right=0 if causal else -1)
-    fwd_flops = 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
+    return q, k, v, dout, opts, 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
+
+
+def sweep_shape(hdim, causal, seqlen, out, budget, tokens=16384, device="cuda"):
+    q, k, v, dout, opts, fwd_flops = make_problem(hdim, causal, seqlen, tokens, device)
     ref = torch.nn.functional.scaled_dot_product_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal).transpose(1, 2)
     base = {"hdim": hdim, "causal": causal, "seqlen": seqlen}
