@@ -32,7 +32,7 @@ def ab_shape(what: str, hdim: int, causal: bool, seqlen: int) -> dict:
         fwd_ms = triton.testing.do_bench(lambda c=fcfg: attention_forward(q, k, v, opts, config=c),
                                          warmup=10, rep=50, return_mode="median")
         bwd_ms = triton.testing.do_bench(
-            lambda c=bcfg: attention_backward(dout, q, k, v, out, lse, opts, False, config=c),
+            lambda c=bcfg: attention_backward(dout, q, k, v, out, lse, opts, config=c),
             warmup=10, rep=50, return_mode="median")
         row[f"fwd_{run}"] = round(flops / fwd_ms / 1e9, 1)
         row[f"bwd_{run}"] = round(2.5 * flops / bwd_ms / 1e9, 1)

@@ -6,6 +6,7 @@ import torch
 
 import flashattn2
 from flashattn2 import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+from flashattn2.kernels import cu_seqlens
 from helpers import DEVICE, ON_GPU, randn
 
 
@@ -92,6 +93,10 @@ def test_bad_varlen_inputs_raise_named_errors(change, error, match):
                    "max_seqlen_k": 7})
     with pytest.raises(error, match=match):
         flash_attn_varlen_func(**args)
+        # the values of cu_seqlens are judged on the device, after the call: a GPU may report them later
+        if ON_GPU:
+            torch.cuda.synchronize()
+            cu_seqlens.raise_pending(q.device)
 
 
 def test_packed_shapes_are_checked():

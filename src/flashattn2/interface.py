@@ -1,108 +1,24 @@
-"""The flash_attn-compatible API: argument checks, layouts, and the torch.library ops with autograd.
+"""The flash_attn-compatible API: argument checks and layouts, then ops.attention (autograd, tracing).
 
-The kernels run behind two custom ops (flashattn2::fwd and flashattn2::bwd) so that autograd and
-torch.compile see one opaque node each, with fake implementations for tracing.
+Everything here is checked on the host from shapes, dtypes and devices, with no device-to-host sync;
+the values of cu_seqlens are checked on the GPU (kernels/cu_seqlens.py).
 """
 
 import math
 from collections.abc import Sequence
-from typing import Optional
 
 import torch
 
-from .kernels.backward import attention_backward
 from .kernels.common import INTERPRET
-from .kernels.forward import attention_forward
+from .kernels.forward import forward_plan
+from .kernels.launch import PlanCache, align
 from .kernels.params import AttnOptions
+from .ops import attention
 
 MAX_HEAD_DIM = 256
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Row offsets inside the kernels are 32-bit: seqlen * row stride must stay below this.
 _MAX_ROW_OFFSET = 2**31
-
-
-# ----------------------------------------------------------------------------------------------
-# custom ops
-#
-# causal is folded into the window (right edge 0) before the ops; -1 means an unbounded side.
-
-
-def _options(softmax_scale, window_left, window_right, softcap, dropout_p, alibi_slopes, rng_seed,
-             cu_seqlens_q, cu_seqlens_k) -> AttnOptions:
-    return AttnOptions(softmax_scale, window_left, window_right, softcap, dropout_p, alibi_slopes, rng_seed,
-                       cu_seqlens_q, cu_seqlens_k)
-
-
-@torch.library.custom_op("flashattn2::fwd", mutates_args=())
-def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
-            cu_seqlens_k: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
-            rng_seed: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
-            window_left: int, window_right: int, softcap: float, dropout_p: float, deterministic: bool,
-            return_probs: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # deterministic is unused here; it rides along so the backward can read it from the inputs
-    if cu_seqlens_q is not None:
-        _check_cu_seqlens_values(cu_seqlens_q, q.shape[0], max_seqlen_q, "cu_seqlens_q")
-        _check_cu_seqlens_values(cu_seqlens_k, k.shape[0], max_seqlen_k, "cu_seqlens_k")
-    opts = _options(softmax_scale, window_left, window_right, softcap, dropout_p, alibi_slopes, rng_seed,
-                    cu_seqlens_q, cu_seqlens_k)
-    out, lse, probs = attention_forward(q, k, v, opts, max_seqlen_q, max_seqlen_k, return_probs)
-    return out, lse, probs if probs is not None else q.new_empty(0)
-
-
-@_fwd_op.register_fake
-def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, max_seqlen_q, max_seqlen_k,
-              softmax_scale, window_left, window_right, softcap, dropout_p, deterministic, return_probs):
-    if cu_seqlens_q is not None:
-        batch, nheads = cu_seqlens_q.shape[0] - 1, q.shape[1]
-        lse_shape = (nheads, q.shape[0])
-    else:
-        batch, max_seqlen_q, nheads, _ = q.shape
-        max_seqlen_k = k.shape[1]
-        lse_shape = (batch, nheads, max_seqlen_q)
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    probs_shape = (batch, nheads, max_seqlen_q, max_seqlen_k) if return_probs else (0,)
-    return out, lse, torch.empty(probs_shape, dtype=q.dtype, device=q.device)
-
-
-@torch.library.custom_op("flashattn2::bwd", mutates_args=())
-def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-            lse: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
-            alibi_slopes: Optional[torch.Tensor], rng_seed: Optional[torch.Tensor], max_seqlen_q: int,
-            max_seqlen_k: int, softmax_scale: float, window_left: int, window_right: int, softcap: float,
-            dropout_p: float, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    opts = _options(softmax_scale, window_left, window_right, softcap, dropout_p, alibi_slopes, rng_seed,
-                    cu_seqlens_q, cu_seqlens_k)
-    return attention_backward(dout, q, k, v, out, lse, opts, deterministic, max_seqlen_q, max_seqlen_k)
-
-
-@_bwd_op.register_fake
-def _bwd_fake(dout, q, k, v, out, lse, *args):
-    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
-            torch.empty(k.shape, dtype=k.dtype, device=k.device),
-            torch.empty(v.shape, dtype=v.dtype, device=v.device))
-
-
-def _setup_context(ctx, inputs, output):
-    q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed = inputs[:7]
-    out, lse, _ = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed)
-    # max_seqlen_q, max_seqlen_k, softmax_scale, window_left, window_right, softcap, dropout_p, deterministic
-    ctx.scalars = inputs[7:15]
-    ctx.mark_non_differentiable(lse, output[2])
-
-
-def _backward(ctx, dout, _dlse, _dprobs):
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed = ctx.saved_tensors
-    # the kernels need a unit stride on the head dim; upstream ops may hand any layout
-    if dout.stride(-1) != 1:
-        dout = dout.contiguous()
-    dq, dk, dv = _bwd_op(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed,
-                         *ctx.scalars)
-    return (dq, dk, dv) + (None,) * 13
-
-
-_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -114,25 +30,27 @@ def _unit_last_stride(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _check_tensors(names: Sequence[str], tensors: Sequence[torch.Tensor], ndim: int, layout: str) -> None:
-    q = tensors[0]
-    for name, x in zip(names, tensors, strict=True):
+def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int, layout: str) -> None:
+    # written out rather than looped: this runs on every call
+    for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() != ndim:
             raise ValueError(f"{name} must have {ndim} dimensions {layout}, got shape {tuple(x.shape)}")
-    if q.dtype not in _SUPPORTED_DTYPES:
-        raise TypeError(f"flashattn2 supports float16 and bfloat16 inputs, got q.dtype={q.dtype}")
-    if any(x.dtype != q.dtype for x in tensors):
-        raise TypeError(f"q, k and v must share one dtype, got {', '.join(str(x.dtype) for x in tensors)}")
-    if any(x.device != q.device for x in tensors):
-        raise ValueError(f"q, k and v must be on one device, got {', '.join(str(x.device) for x in tensors)}")
-    if q.device.type == "cpu":
+    dtype = q.dtype
+    if dtype not in _SUPPORTED_DTYPES:
+        raise TypeError(f"flashattn2 supports float16 and bfloat16 inputs, got q.dtype={dtype}")
+    if k.dtype != dtype or v.dtype != dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {dtype}, {k.dtype}, {v.dtype}")
+    device = q.device
+    if k.device != device or v.device != device:
+        raise ValueError(f"q, k and v must be on one device, got {device}, {k.device}, {v.device}")
+    if device.type != "cuda":
+        if device.type != "cpu":
+            raise ValueError(f"flashattn2 runs on CUDA devices (or the CPU interpreter), got {device}")
         if not INTERPRET:
             raise ValueError("CPU tensors run only through the Triton interpreter: set TRITON_INTERPRET=1 "
                              "before importing flashattn2, or move the tensors to a CUDA device")
-    elif q.device.type != "cuda":
-        raise ValueError(f"flashattn2 runs on CUDA devices (or the CPU interpreter), got {q.device}")
 
 
 def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -150,8 +68,8 @@ def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
                          f"key/value heads ({nheads_k})")
 
 
-def _check_row_offsets(tensors: Sequence[torch.Tensor], names: Sequence[str], row_dim: int) -> None:
-    for name, x in zip(names, tensors, strict=True):
+def _check_row_offsets(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row_dim: int) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
         if x.shape[row_dim] * x.stride(row_dim) >= _MAX_ROW_OFFSET:
             raise ValueError(f"{name} is too large: seqlen * row stride must stay below 2**31 elements")
 
@@ -167,16 +85,18 @@ def _softmax_scale(softmax_scale: float | None, head_dim: int) -> float:
 
 def _check_options(q: torch.Tensor, batch: int, nheads: int, dropout_p: float, causal: bool,
                    window_size: Sequence[int], softcap: float, alibi_slopes: torch.Tensor | None,
-                   ) -> tuple[int, int, float, float, torch.Tensor | None, torch.Tensor | None]:
-    """Validate the features; returns (window_left, window_right, softcap, dropout_p, alibi_slopes, rng_seed)."""
+                   ) -> tuple[int, int, float, float, torch.Tensor | None]:
+    """Validate the features; returns (window_left, window_right, softcap, dropout_p, alibi_slopes)."""
     dropout_p = float(dropout_p)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
-    if isinstance(window_size, (str, bytes)) or len(window_size) != 2:
-        raise ValueError(f"window_size must be a pair (left, right), got {window_size!r}")
-    left, right = (int(w) for w in window_size)
-    # -1 (any negative) is unbounded; causal is the window's right edge at the diagonal
-    left, right = max(left, -1), max(right, -1)
+    if window_size == (-1, -1):  # the default, and nearly every call
+        left = right = -1
+    else:
+        if isinstance(window_size, (str, bytes)) or len(window_size) != 2:
+            raise ValueError(f"window_size must be a pair (left, right), got {window_size!r}")
+        # -1 (any negative) is unbounded; causal is the window's right edge at the diagonal
+        left, right = max(int(window_size[0]), -1), max(int(window_size[1]), -1)
     if causal:
         right = 0
     softcap = float(softcap)
@@ -193,14 +113,12 @@ def _check_options(q: torch.Tensor, batch: int, nheads: int, dropout_p: float, c
         if alibi_slopes.device != q.device:
             raise ValueError(f"alibi_slopes must be on {q.device}, got {alibi_slopes.device}")
         alibi_slopes = _unit_last_stride(alibi_slopes)
-    # dropout's Philox seed comes from torch's generator, so torch.manual_seed makes runs repeatable
-    rng_seed = torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device) if dropout_p > 0 else None
-    return left, right, softcap, dropout_p, alibi_slopes, rng_seed
+    return left, right, softcap, dropout_p, alibi_slopes
 
 
 def _check_cu_seqlens(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
                       max_seqlen_k: int, q: torch.Tensor) -> None:
-    """Shapes and types here; the values are checked inside the op (they need the device)."""
+    """Shapes and types here; the values are checked on the device (kernels/cu_seqlens.py)."""
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(cu, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
@@ -218,37 +136,45 @@ def _check_cu_seqlens(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, ma
             raise ValueError(f"{name} must be an int >= 0, got {m!r}")
 
 
-def _check_cu_seqlens_values(cu: torch.Tensor, total: int, max_seqlen: int, name: str) -> None:
-    """cu[0] == 0, non-decreasing, cu[-1] == total and no sequence longer than max_seqlen: a wrong value
-    would read out of bounds or skip keys, so it is refused (one device sync per call)."""
-    lengths = cu[1:] - cu[:-1]
-    stats = torch.stack([cu[0], cu[-1], lengths.min() if lengths.numel() else cu[0] * 0,
-                         lengths.max() if lengths.numel() else cu[0] * 0]).tolist()
-    first, last, shortest, longest = stats
-    if first != 0 or last != total or shortest < 0:
-        raise ValueError(f"{name} must start at 0, not decrease, and end at the number of rows ({total}); "
-                         f"got first {first}, last {last}, shortest sequence {shortest}")
-    if longest > max_seqlen:
-        raise ValueError(f"{name} has a sequence of length {longest}, longer than max_seqlen = {max_seqlen}")
-
-
 # ----------------------------------------------------------------------------------------------
 # public API (flash_attn 2.x names, argument order, defaults and return values)
+
+
+def _options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+             window_size, softcap, alibi_slopes, deterministic) -> AttnOptions:
+    """The checked options of a call (its dropout seed is drawn in _run, per call)."""
+    batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
+    left, right, softcap, dropout_p, alibi_slopes = _check_options(
+        q, batch, q.shape[-2], dropout_p, bool(causal), window_size, softcap, alibi_slopes)
+    return AttnOptions(softmax_scale=_softmax_scale(softmax_scale, q.shape[-1]), window_left=left,
+                       window_right=right, softcap=softcap, dropout_p=dropout_p, alibi_slopes=alibi_slopes,
+                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                       max_seqlen_k=max_seqlen_k, deterministic=bool(deterministic))
+
+
+def _run(q, k, v, opts: AttnOptions, return_attn_probs, plan=None):
+    if opts.dropout_p > 0:
+        # dropout's Philox seed comes from torch's generator, so torch.manual_seed makes runs repeatable
+        opts = opts._replace(rng_seed=torch.randint(0, 2**62, (1,), dtype=torch.int64, device=q.device))
+    out, lse, probs = attention(q, k, v, opts, bool(return_attn_probs and opts.dropout_p > 0), plan)
+    if not return_attn_probs:
+        return out
+    return out, lse, probs
 
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs):
     """Shared by every public function once the layout (dense or packed) has been checked."""
-    batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
-    left, right, softcap, dropout_p, alibi_slopes, rng_seed = _check_options(
-        q, batch, q.shape[-2], dropout_p, bool(causal), window_size, softcap, alibi_slopes)
-    softmax_scale = _softmax_scale(softmax_scale, q.shape[-1])
-    out, lse, probs = _fwd_op(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, max_seqlen_q,
-                              max_seqlen_k, softmax_scale, left, right, softcap, dropout_p, bool(deterministic),
-                              bool(return_attn_probs and dropout_p > 0))
-    if not return_attn_probs:
-        return out
-    return out, lse, probs if dropout_p > 0 else None
+    opts = _options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                    window_size, softcap, alibi_slopes, deterministic)
+    return _run(q, k, v, opts, return_attn_probs)
+
+
+# Dense calls that passed every check, by everything the checks read (shapes, strides, dtypes, devices,
+# options) and the pointers' alignment, with their options and forward plan: a training loop repeats the
+# same few calls, and a repeat skips the checks and the plan lookup. Only plain tensors with a unit last
+# stride and calls without ALiBi (whose slopes tensor the key would have to describe) are remembered.
+_seen = PlanCache()
 
 
 def flash_attn_func(
@@ -313,15 +239,32 @@ def flash_attn_func(
             pattern (negative means that location was dropped, nonnegative means it was kept).
             None when dropout_p == 0.
     """
-    _check_tensors(("q", "k", "v"), (q, k, v), 4, "(batch, seqlen, nheads, headdim)")
+    key = None
+    if (alibi_slopes is None and type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+            and type(window_size) is tuple and not torch.compiler.is_compiling()):
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+               k.device, v.device, align(q), align(k), align(v), dropout_p, softmax_scale, causal, window_size,
+               softcap, deterministic, return_attn_probs)
+        seen = _seen.get(key)
+        if seen is not None:
+            return _run(q, k, v, *seen)
+    _check_tensors(q, k, v, 4, "(batch, seqlen, nheads, headdim)")
     batch, seqlen_k = q.shape[0], k.shape[1]
     if k.shape[0] != batch or v.shape[0] != batch:
         raise ValueError(f"batch sizes differ: q {batch}, k {k.shape[0]}, v {v.shape[0]}")
     if v.shape[1] != seqlen_k:
         raise ValueError(f"k and v must have the same seqlen, got {seqlen_k} and {v.shape[1]}")
     _check_heads(q, k, v)
+    if key is not None and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1:
+        _check_row_offsets(q, k, v, 1)
+        opts = _options(q, None, None, q.shape[1], seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap,
+                        None, deterministic)
+        seed = None if opts.dropout_p == 0 else torch.empty(1, dtype=torch.int64, device=q.device)
+        plan = forward_plan(q, k, v, opts._replace(rng_seed=seed), bool(return_attn_probs and opts.dropout_p > 0))
+        _seen.add(key, (opts, return_attn_probs, plan))
+        return _run(q, k, v, opts, return_attn_probs, plan)
     q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
-    _check_row_offsets((q, k, v), ("q", "k", "v"), 1)
+    _check_row_offsets(q, k, v, 1)
     return _attention(q, k, v, None, None, q.shape[1], seqlen_k, dropout_p, softmax_scale, causal, window_size,
                       softcap, alibi_slopes, deterministic, return_attn_probs)
 
@@ -438,13 +381,13 @@ def flash_attn_varlen_func(
     """
     if block_table is not None:
         raise NotImplementedError("block_table (paged KV cache) is not supported yet: pass block_table=None")
-    _check_tensors(("q", "k", "v"), (q, k, v), 3, "(total, nheads, headdim)")
+    _check_tensors(q, k, v, 3, "(total, nheads, headdim)")
     if v.shape[0] != k.shape[0]:
         raise ValueError(f"k and v must have the same number of rows, got {k.shape[0]} and {v.shape[0]}")
     _check_heads(q, k, v)
     _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q)
     q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
-    _check_row_offsets((q, k, v), ("q", "k", "v"), 0)
+    _check_row_offsets(q, k, v, 0)
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                       softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
 

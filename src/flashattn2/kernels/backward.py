@@ -18,9 +18,10 @@ import triton.language as tl
 
 from . import common
 from .block_range import kv_range_for_q_tile, q_range_for_kv_tile
-from .common import INTERPRET, LOG2E, load_rows, mma, padded_head_dim, round_to, store_rows
+from .common import INTERPRET, LOG2E, cdiv, load_rows, mma, padded_head_dim, round_to, store_rows
 from .configs import BwdConfig, bwd_config
 from .dropout import dropout_keep
+from .launch import Launch, PlanCache, align
 from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
 from .scores import transformed_scores
@@ -28,11 +29,12 @@ from .seqlen_info import sequence_bounds
 from .tma import load_tile, row_tiles, tma_usable
 
 
-@triton.jit
+# the row counts only clamp bad cu_seqlens: not worth a compiled variant per divisibility class
+@triton.jit(do_not_specialize=("total_q", "total_k"))
 def bwd_preprocess_kernel(
     Out, dOut, Delta, CuSeqlensQ,
     stride_ob, stride_om, stride_oh, stride_dob, stride_dom, stride_doh, stride_lse_b, stride_lse_h,
-    nheads, seqlen_q,
+    nheads, seqlen_q, total_q,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_VARLEN: tl.constexpr,
 ):
     """Delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d], the row term of dS = P * (dP - Delta)."""
@@ -40,7 +42,8 @@ def bwd_preprocess_kernel(
     pid_bh = tl.program_id(1)
     off_b = pid_bh // nheads
     off_h = (pid_bh % nheads).to(tl.int64)
-    q_start, seqlen_q, _, _ = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensQ, seqlen_q, seqlen_q, IS_VARLEN)
+    q_start, seqlen_q, _, _ = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensQ, seqlen_q, seqlen_q, total_q, total_q,
+                                             IS_VARLEN)
     if start_m >= seqlen_q:
         return
     off_b = off_b.to(tl.int64)
@@ -118,7 +121,8 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base
     return dk, dv
 
 
-@triton.jit
+# the row counts only clamp bad cu_seqlens: not worth a compiled variant per divisibility class
+@triton.jit(do_not_specialize=("total_q", "total_k"))
 def attention_bwd_dkdv_kernel(
     Q, K, V, dOut, Lse, Delta, dQ, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
     stride_qb, stride_qm, stride_qh,
@@ -129,7 +133,7 @@ def attention_bwd_dkdv_kernel(
     stride_dkb, stride_dkn, stride_dkh,
     stride_dvb, stride_dvn, stride_dvh,
     stride_lse_b, stride_lse_h, stride_alibi_b,
-    nheads, nheads_k, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
+    nheads, nheads_k, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left, window_right,
     softcap_in2, softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
@@ -143,7 +147,7 @@ def attention_bwd_dkdv_kernel(
     off_b = pid_bhk // nheads_k
     off_hk = pid_bhk % nheads_k
     q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                                                           IS_VARLEN)
+                                                           total_q, total_k, IS_VARLEN)
     if start_n >= seqlen_k:
         return
     group = nheads // nheads_k
@@ -256,7 +260,8 @@ def _dq_from_kv_tiles(dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride
     return dq
 
 
-@triton.jit
+# the row counts only clamp bad cu_seqlens: not worth a compiled variant per divisibility class
+@triton.jit(do_not_specialize=("total_q", "total_k"))
 def attention_bwd_dq_kernel(
     Q, K, V, dOut, Lse, Delta, dQ, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
     stride_qb, stride_qm, stride_qh,
@@ -265,7 +270,7 @@ def attention_bwd_dq_kernel(
     stride_dob, stride_dom, stride_doh,
     stride_dqb, stride_dqm, stride_dqh,
     stride_lse_b, stride_lse_h, stride_alibi_b,
-    nheads, group, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
+    nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left, window_right,
     softcap_in2, softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
@@ -278,7 +283,7 @@ def attention_bwd_dq_kernel(
     off_b = pid_bh // nheads
     off_h = pid_bh % nheads
     q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                                                           IS_VARLEN)
+                                                           total_q, total_k, IS_VARLEN)
     if start_m >= seqlen_q:
         return
     off_b64 = off_b.to(tl.int64)
@@ -335,62 +340,95 @@ def attention_bwd_dq_kernel(
                offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D)
 
 
+class BackwardPlan:
+    """Everything about a backward call but its tensors, worked out once per shape and option set."""
+
+    def __init__(self, dout, q, k, v, out, lse, opts: AttnOptions, config: BwdConfig | None) -> None:
+        batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
+        self.empty = q.numel() == 0 or k.numel() == 0 or batch == 0
+        if self.empty:
+            return
+        block_d = padded_head_dim(head_dim)
+        cfg = config or bwd_config(block_d, opts.causal, q.device)
+        self.atomic_dq = atomic_dq = cfg.atomic_dq and not opts.deterministic
+        varlen = opts.varlen
+        lse_sb, lse_sh = lse_strides(lse, varlen)
+        total_q, total_k = q.shape[0], k.shape[0]
+        self.device, self.lse_shape = q.device, lse.shape
+        use_tma = cfg.use_tma and not varlen and tma_usable(q, k, v, dout)
+        # the interpreter has no bulk reduce-add, so it keeps element atomics
+        tma_dq = use_tma and atomic_dq and not INTERPRET
+        self.q_tiles = (cfg.block_m, block_d) if use_tma else None
+        self.kv_tiles = (cfg.dq_block_n, block_d) if use_tma else None
+        self.dq_tiles = (cfg.block_m, block_d) if tma_dq else None
+        grad_strides = [row_strides(torch.empty(x.shape, device="meta"), varlen) for x in (q, k, v)]
+        dq_strides, dk_strides, dv_strides = grad_strides
+
+        pre_block = 64 if not INTERPRET else 32
+        self.preprocess = Launch(
+            bwd_preprocess_kernel, (cdiv(seqlen_q, pre_block), batch * nheads, 1),
+            (*row_strides(out, varlen), *row_strides(dout, varlen), lse_sb, lse_sh),
+            dict(nheads=nheads, seqlen_q=seqlen_q, total_q=total_q, HEAD_DIM=head_dim, BLOCK_D=block_d,
+                 BLOCK_M=pre_block, IS_VARLEN=varlen), 4, 3)
+        named = dict(nheads=nheads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=total_q, total_k=total_k,
+                     softmax_scale=opts.softmax_scale, HEAD_DIM=head_dim, BLOCK_D=block_d, INTERPRET=INTERPRET,
+                     USE_TMA=use_tma, **opts.kernel_args())
+        self.dkdv = Launch(
+            attention_bwd_dkdv_kernel, (cdiv(seqlen_k, cfg.block_n), batch * nheads_k, 1),
+            (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
+             *dq_strides, *dk_strides, *dv_strides, lse_sb, lse_sh),
+            dict(named, nheads_k=nheads_k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ATOMIC_DQ=atomic_dq,
+                 TMA_DQ=tma_dq),
+            cfg.num_warps, cfg.num_stages)
+        self.dq = None if atomic_dq else Launch(
+            attention_bwd_dq_kernel, (cdiv(seqlen_q, cfg.dq_block_m), batch * nheads, 1),
+            (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
+             *dq_strides, lse_sb, lse_sh),
+            dict(named, group=nheads // nheads_k, BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n),
+            cfg.dq_num_warps, cfg.dq_num_stages)
+
+    def __call__(self, dout, q, k, v, out, lse, opts):
+        if self.empty:
+            # nothing to attend to (or nobody attending): every gradient is zero
+            return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        device = self.device
+        delta = common.empty(self.lse_shape, torch.float32, device)
+        self.preprocess(out, dout, delta, opts.cu_seqlens_q)
+        dk = common.empty(k.shape, k.dtype, device)
+        dv = common.empty(v.shape, v.dtype, device)
+        # fp32 accumulation buffer for the atomic path; the dQ kernel writes dq directly
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=device) if self.atomic_dq else \
+            common.empty(q.shape, q.dtype, device)
+        pointers = opts.pointers()
+        q_src, do_src = (q, dout) if self.q_tiles is None else (row_tiles(q, *self.q_tiles),
+                                                                row_tiles(dout, *self.q_tiles))
+        dq_dst = dq if self.dq_tiles is None else row_tiles(dq, *self.dq_tiles)
+        self.dkdv(q_src, k, v, do_src, lse, delta, dq_dst, dk, dv, *pointers)
+        if self.atomic_dq:
+            return dq.to(q.dtype), dk, dv
+        k_src, v_src = (k, v) if self.kv_tiles is None else (row_tiles(k, *self.kv_tiles),
+                                                             row_tiles(v, *self.kv_tiles))
+        self.dq(q, k_src, v_src, dout, lse, delta, dq, *pointers)
+        return dq, dk, dv
+
+
+_plans = PlanCache()
+
+
+def backward_plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                  lse: torch.Tensor, opts: AttnOptions, config: BwdConfig | None = None) -> BackwardPlan:
+    """The plan for these inputs: made on the first call of a shape and option set, then looked up."""
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), dout.stride(), out.stride(), lse.shape,
+           lse.stride(), q.dtype, k.dtype, v.dtype, dout.dtype, q.device, align(q), align(k), align(v), align(dout),
+           align(out), opts.plan_key(), config)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans.add(key, BackwardPlan(dout, q, k, v, out, lse, opts, config))
+    return plan
+
+
 def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       out: torch.Tensor, lse: torch.Tensor, opts: AttnOptions, deterministic: bool,
-                       max_seqlen_q: int = 0, max_seqlen_k: int = 0, config: BwdConfig | None = None,
+                       out: torch.Tensor, lse: torch.Tensor, opts: AttnOptions, config: BwdConfig | None = None,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launch the backward kernels; returns (dq, dk, dv) shaped like q, k, v."""
-    batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts, max_seqlen_q, max_seqlen_k)
-    if q.numel() == 0 or k.numel() == 0 or batch == 0:
-        # nothing to attend to (or nobody attending): every gradient is zero
-        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    block_d = padded_head_dim(head_dim)
-    cfg = config or bwd_config(block_d, opts.window_right == 0 and opts.window_left < 0, q.device)
-    atomic_dq = cfg.atomic_dq and not deterministic
-    varlen = opts.varlen
-    lse_sb, lse_sh = lse_strides(lse, varlen)
-
-    delta = common.empty(lse.shape, torch.float32, q.device)
-    pre_block = 64 if not INTERPRET else 32
-    bwd_preprocess_kernel[(triton.cdiv(seqlen_q, pre_block), batch * nheads)](
-        out, dout, delta, opts.cu_seqlens_q, *row_strides(out, varlen), *row_strides(dout, varlen),
-        lse_sb, lse_sh, nheads, seqlen_q, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=pre_block,
-        IS_VARLEN=varlen,
-    )
-
-    dk = common.empty(k.shape, k.dtype, k.device)
-    dv = common.empty(v.shape, v.dtype, v.device)
-    # fp32 accumulation buffer for the atomic path; the dQ kernel writes dq directly
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else \
-        common.empty(q.shape, q.dtype, q.device)
-    pointers, args = opts.kernel_args()
-    sizes = dict(nheads=nheads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, softmax_scale=opts.softmax_scale)
-    use_tma = cfg.use_tma and not varlen and tma_usable(q, k, v, dout)
-    # the interpreter has no bulk reduce-add, so it keeps element atomics
-    tma_dq = use_tma and atomic_dq and not INTERPRET and tma_usable(dq)
-    q_src, do_src = (row_tiles(q, cfg.block_m, block_d), row_tiles(dout, cfg.block_m, block_d)) if use_tma \
-        else (q, dout)
-    dq_dst = row_tiles(dq, cfg.block_m, block_d) if tma_dq else dq
-    attention_bwd_dkdv_kernel[(triton.cdiv(seqlen_k, cfg.block_n), batch * nheads_k)](
-        q_src, k, v, do_src, lse, delta, dq_dst, dk, dv, *pointers,
-        *row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
-        *row_strides(dq, varlen), *row_strides(dk, varlen), *row_strides(dv, varlen),
-        lse_sb, lse_sh, nheads_k=nheads_k, **sizes,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        ATOMIC_DQ=atomic_dq, USE_TMA=use_tma, TMA_DQ=tma_dq, INTERPRET=INTERPRET, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, **args,
-    )
-    if atomic_dq:
-        return dq.to(q.dtype), dk, dv
-
-    k_src, v_src = (row_tiles(k, cfg.dq_block_n, block_d), row_tiles(v, cfg.dq_block_n, block_d)) if use_tma \
-        else (k, v)
-    attention_bwd_dq_kernel[(triton.cdiv(seqlen_q, cfg.dq_block_m), batch * nheads)](
-        q, k_src, v_src, dout, lse, delta, dq, *pointers,
-        *row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
-        *row_strides(dq, varlen), lse_sb, lse_sh, group=nheads // nheads_k, **sizes,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n,
-        USE_TMA=use_tma, INTERPRET=INTERPRET, num_warps=cfg.dq_num_warps,
-        num_stages=cfg.dq_num_stages, **args,
-    )
-    return dq, dk, dv
+    return backward_plan(dout, q, k, v, out, lse, opts, config)(dout, q, k, v, out, lse, opts)

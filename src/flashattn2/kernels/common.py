@@ -1,5 +1,6 @@
 """Helpers shared by the forward and backward kernels: interpreter detection, tile loads, matmuls."""
 
+import functools
 import os
 
 import torch
@@ -23,7 +24,18 @@ def empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
 
 def padded_head_dim(head_dim: int) -> int:
     """Tiles span a power of two >= 16 columns (tl.dot needs K >= 16); extra columns are masked."""
-    return max(16, triton.next_power_of_2(head_dim))
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def cdiv(a: int, b: int) -> int:
+    # triton.cdiv is a constexpr function since 3.9, with a slow Python call path
+    return -(-a // b)
+
+
+@functools.cache
+def capability(device_index: int) -> tuple[int, int]:
+    """The compute capability of a CUDA device (cached: torch asks the driver on every call)."""
+    return torch.cuda.get_device_capability(device_index)
 
 
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .common import INTERPRET
+from .common import INTERPRET, capability
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def _pick(table, block_d: int):
 
 
 def _is_hopper(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+    return device.type == "cuda" and capability(device.index)[0] == 9
 
 
 def fwd_config(block_d: int, causal: bool, device: torch.device) -> FwdConfig:

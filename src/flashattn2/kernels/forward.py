@@ -6,9 +6,10 @@ import triton.language as tl
 
 from . import common
 from .block_range import kv_range_for_q_tile
-from .common import INTERPRET, LOG2E, load_rows, mma, padded_head_dim, round_to, store_rows
+from .common import INTERPRET, LOG2E, cdiv, load_rows, mma, padded_head_dim, round_to, store_rows
 from .configs import FwdConfig, fwd_config
 from .dropout import dropout_keep
+from .launch import Launch, PlanCache, align
 from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
 from .scores import transformed_scores
@@ -53,7 +54,8 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
     return acc, m_i, l_i
 
 
-@triton.jit
+# the row counts only clamp bad cu_seqlens: not worth a compiled variant per divisibility class
+@triton.jit(do_not_specialize=("total_q", "total_k"))
 def attention_fwd_kernel(
     Q, K, V, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
     stride_qb, stride_qm, stride_qh,
@@ -61,8 +63,8 @@ def attention_fwd_kernel(
     stride_vb, stride_vn, stride_vh,
     stride_ob, stride_om, stride_oh,
     stride_lse_b, stride_lse_h, stride_alibi_b,
-    nheads, group, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
-    dropout_p,
+    nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
+    softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
@@ -79,7 +81,7 @@ def attention_fwd_kernel(
     off_b = pid_bh // nheads
     off_h = pid_bh % nheads
     q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                                                           IS_VARLEN)
+                                                           total_q, total_k, IS_VARLEN)
     if start_m >= seqlen_q:
         return  # a packed sequence shorter than the longest one
     off_b64 = off_b.to(tl.int64)
@@ -139,14 +141,15 @@ def attention_fwd_kernel(
     tl.store(lse_base + offs_m, lse, mask=offs_m < seqlen_q)
 
 
-@triton.jit
+# the row counts only clamp bad cu_seqlens: not worth a compiled variant per divisibility class
+@triton.jit(do_not_specialize=("total_q", "total_k"))
 def dropout_probs_kernel(
     Q, K, Lse, Probs, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
     stride_qb, stride_qm, stride_qh,
     stride_kb, stride_kn, stride_kh,
     stride_lse_b, stride_lse_h, stride_alibi_b,
-    nheads, group, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
-    dropout_p,
+    nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
+    softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr, INTERPRET: tl.constexpr,
@@ -161,7 +164,7 @@ def dropout_probs_kernel(
     # Probs is (batch, heads, max seqlen_q, max seqlen_k): the dense sizes, before per-sequence ones
     row_base = Probs + (pid_bh.to(tl.int64) * seqlen_q + start_m + tl.arange(0, BLOCK_M)[:, None]) * seqlen_k
     q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                                                           IS_VARLEN)
+                                                           total_q, total_k, IS_VARLEN)
     if start_m >= seqlen_q:
         return
     off_b64 = off_b.to(tl.int64)
@@ -193,43 +196,78 @@ def dropout_probs_kernel(
                  mask=(offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k))
 
 
+class ForwardPlan:
+    """Everything about a forward call but its tensors, worked out once per shape and option set.
+
+    backward_plans holds the backward plans of calls made through this plan, by the gradient's layout
+    (ops.py fills it): q, k, v, opts and the outputs' layout are fixed by this plan already."""
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions, return_probs: bool,
+                 config: FwdConfig | None) -> None:
+        batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
+        varlen = opts.varlen
+        block_d = padded_head_dim(head_dim)
+        cfg = config or fwd_config(block_d, opts.causal, q.device)
+        self.backward_plans: dict = {}
+        self.dtype, self.device, self.out_shape = q.dtype, q.device, q.shape
+        self.lse_shape = (nheads, q.shape[0]) if varlen else (batch, nheads, seqlen_q)
+        self.probs_shape = (batch, nheads, seqlen_q, seqlen_k) if return_probs else None
+        self.empty = q.numel() == 0 or batch * seqlen_q == 0
+        self.tma_block = (cfg.block_n, block_d) if cfg.use_tma and not varlen and tma_usable(k, v) else None
+        # strides of the outputs this plan allocates
+        lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"), varlen)
+        out_strides = row_strides(torch.empty(self.out_shape, device="meta"), varlen)
+        named = dict(nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                     total_q=q.shape[0], total_k=k.shape[0], HEAD_DIM=head_dim, BLOCK_D=block_d,
+                     INTERPRET=INTERPRET, **opts.kernel_args())
+        self.attend = Launch(
+            attention_fwd_kernel, (cdiv(seqlen_q, cfg.block_m), batch * nheads, 1),
+            (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *out_strides, lse_sb, lse_sh),
+            dict(named, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, USE_TMA=self.tma_block is not None),
+            cfg.num_warps, cfg.num_stages)
+        self.dump = None
+        if return_probs:
+            # the dump always applies the dropout sign, so it has no HAS_DROPOUT flag
+            del named["HAS_DROPOUT"]
+            block = 32 if INTERPRET else 64
+            self.dump = Launch(dropout_probs_kernel, (cdiv(seqlen_q, block), batch * nheads, 1),
+                               (*row_strides(q, varlen), *row_strides(k, varlen), lse_sb, lse_sh),
+                               dict(named, BLOCK_M=block, BLOCK_N=block), 4, 3)
+
+    def __call__(self, q, k, v, opts):
+        out = common.empty(self.out_shape, self.dtype, self.device)
+        lse = common.empty(self.lse_shape, torch.float32, self.device)
+        # padded rows and keys of short packed sequences stay 0
+        probs = None if self.dump is None else torch.zeros(self.probs_shape, dtype=self.dtype, device=self.device)
+        if self.empty:
+            return out, lse, probs
+        pointers = opts.pointers()
+        if self.tma_block is None:
+            self.attend(q, k, v, out, lse, *pointers)
+        else:
+            self.attend(q, row_tiles(k, *self.tma_block), row_tiles(v, *self.tma_block), out, lse, *pointers)
+        if probs is not None:
+            self.dump(q, k, lse, probs, *pointers)
+        return out, lse, probs
+
+
+_plans = PlanCache()
+
+
+def forward_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions, return_probs: bool = False,
+                 config: FwdConfig | None = None) -> ForwardPlan:
+    """The plan for these inputs: made on the first call of a shape and option set, then looked up."""
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+           align(q), align(k), align(v), opts.plan_key(), return_probs, config)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans.add(key, ForwardPlan(q, k, v, opts, return_probs, config))
+    return plan
+
+
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions,
-                      max_seqlen_q: int = 0, max_seqlen_k: int = 0, return_probs: bool = False,
-                      config: FwdConfig | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                      return_probs: bool = False, config: FwdConfig | None = None,
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Launch the forward on checked inputs: dense (batch, seqlen, heads, head_dim) or packed
     (total, heads, head_dim) with opts.cu_seqlens_*. Returns (out, lse, probs or None)."""
-    batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts, max_seqlen_q, max_seqlen_k)
-    block_d = padded_head_dim(head_dim)
-    cfg = config or fwd_config(block_d, opts.window_right == 0 and opts.window_left < 0, q.device)
-    out = common.empty(q.shape, q.dtype, q.device)
-    lse_shape = (nheads, q.shape[0]) if opts.varlen else (batch, nheads, seqlen_q)
-    lse = common.empty(lse_shape, torch.float32, q.device)
-    probs = None
-    if return_probs:
-        # padded rows and keys of short packed sequences stay 0
-        probs = torch.zeros((batch, nheads, seqlen_q, seqlen_k), dtype=q.dtype, device=q.device)
-    if out.numel() == 0 or batch * seqlen_q == 0:
-        return out, lse, probs
-    pointers, args = opts.kernel_args()
-    lse_sb, lse_sh = lse_strides(lse, opts.varlen)
-    sizes = dict(nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k)
-    grid = (triton.cdiv(seqlen_q, cfg.block_m), batch * nheads)
-    use_tma = cfg.use_tma and not opts.varlen and tma_usable(k, v)
-    k_src, v_src = (row_tiles(k, cfg.block_n, block_d), row_tiles(v, cfg.block_n, block_d)) if use_tma else (k, v)
-    attention_fwd_kernel[grid](
-        q, k_src, v_src, out, lse, *pointers,
-        *row_strides(q, opts.varlen), *row_strides(k, opts.varlen), *row_strides(v, opts.varlen),
-        *row_strides(out, opts.varlen), lse_sb, lse_sh, **sizes,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, USE_TMA=use_tma,
-        INTERPRET=INTERPRET, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **args,
-    )
-    if return_probs:
-        # the dump always applies the dropout sign, so it has no HAS_DROPOUT flag
-        probs_args = {name: value for name, value in args.items() if name != "HAS_DROPOUT"}
-        block = 32 if INTERPRET else 64
-        dropout_probs_kernel[(triton.cdiv(seqlen_q, block), batch * nheads)](
-            q, k, lse, probs, *pointers, *row_strides(q, opts.varlen), *row_strides(k, opts.varlen),
-            lse_sb, lse_sh, **sizes,
-            HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block, BLOCK_N=block, INTERPRET=INTERPRET, **probs_args,
-        )
-    return out, lse, probs
+    return forward_plan(q, k, v, opts, return_probs, config)(q, k, v, opts)

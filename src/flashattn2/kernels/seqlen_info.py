@@ -5,17 +5,22 @@ import triton.language as tl
 
 
 @triton.jit
-def sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, IS_VARLEN: tl.constexpr):
+def sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, IS_VARLEN: tl.constexpr):
     """(first row of q, seqlen_q, first row of k, seqlen_k) of sequence off_b.
 
     Packed (varlen) inputs find their sequence in the cumulative lengths; dense ones start at row 0
-    of their batch entry and share one length.
+    of their batch entry and share one length. seqlen_q and seqlen_k come in as the longest sequence
+    (the launch grid's size) and total_q, total_k as the rows of q and k: the bounds are clamped to
+    them, so cumulative lengths that the host never read (cu_seqlens.check_and_poison judges them
+    after the kernels) cannot move a load or store out of the tensors.
     """
     if IS_VARLEN:
-        q_start = tl.load(CuSeqlensQ + off_b)
-        k_start = tl.load(CuSeqlensK + off_b)
-        seqlen_q = tl.load(CuSeqlensQ + off_b + 1) - q_start
-        seqlen_k = tl.load(CuSeqlensK + off_b + 1) - k_start
+        q_start = tl.minimum(tl.maximum(tl.load(CuSeqlensQ + off_b), 0), total_q)
+        k_start = tl.minimum(tl.maximum(tl.load(CuSeqlensK + off_b), 0), total_k)
+        q_end = tl.minimum(tl.maximum(tl.load(CuSeqlensQ + off_b + 1), q_start), total_q)
+        k_end = tl.minimum(tl.maximum(tl.load(CuSeqlensK + off_b + 1), k_start), total_k)
+        seqlen_q = tl.minimum(q_end - q_start, seqlen_q)
+        seqlen_k = tl.minimum(k_end - k_start, seqlen_k)
     else:
         q_start = tl.full([], 0, tl.int32)
         k_start = tl.full([], 0, tl.int32)

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .common import INTERPRET, load_rows
+from .common import INTERPRET, capability, load_rows
 
 _ALIGN_BYTES = 16
 
@@ -24,13 +24,13 @@ def tma_usable(*tensors: torch.Tensor) -> bool:
         # the interpreter reads bf16 descriptors wrongly (fp16 and fp32 are right), so bf16 keeps pointers
         if any(t.dtype == torch.bfloat16 for t in tensors):
             return False
-    elif not all(t.is_cuda and torch.cuda.get_device_capability(t.device)[0] >= 9 for t in tensors):
+    elif not all(t.is_cuda and capability(t.get_device())[0] >= 9 for t in tensors):
         return False
     for t in tensors:
-        size = t.element_size()
-        if t.stride(-1) != 1 or t.data_ptr() % _ALIGN_BYTES:
+        size, strides = t.element_size(), t.stride()
+        if strides[-1] != 1 or t.data_ptr() % _ALIGN_BYTES:
             return False
-        if any((s * size) % _ALIGN_BYTES for s in t.stride()[:-1]):
+        if any((s * size) % _ALIGN_BYTES for s in strides[:-1]):
             return False
     return True
 

@@ -1,0 +1,204 @@
+"""Host-side logic that the GPU tests rely on, checked on any machine: the launch cache, the eager
+and traced dispatch, and cu_seqlens values that are judged on the device."""
+
+import pytest
+import torch
+
+import flashattn2
+from flashattn2 import ops
+from flashattn2.kernels import cu_seqlens, launch
+from flashattn2.kernels.backward import attention_backward
+from flashattn2.kernels.forward import attention_forward
+from flashattn2.kernels.params import AttnOptions
+from helpers import DEVICE, randn
+
+
+class _FakeCompiled:
+    function, packed_metadata = "fn", "meta"
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def run(self, *args):
+        self.calls.append(("fast", args))
+
+
+class _FakeKernel:
+    arg_names = ["X", "Y", "stride", "n", "scale", "BLOCK"]
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        def runner(*args, **kwargs):
+            self.calls.append(("triton", args, kwargs))
+            return _FakeCompiled(self.calls)
+        return runner
+
+
+@pytest.fixture
+def fast_launch(monkeypatch):
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    monkeypatch.setattr(launch, "_hooks_set", lambda: False)
+    monkeypatch.setattr(launch, "_current_stream", lambda: 7)
+
+
+def test_launch_goes_through_triton_once_then_straight_to_the_compiled_kernel(fast_launch, monkeypatch):
+    kernel = _FakeKernel()
+    x = torch.zeros(64, dtype=torch.float16)
+    y = torch.zeros(64, dtype=torch.float32)
+    run = launch.Launch(kernel, (3, 2, 1), (16,), dict(n=100, scale=0.5, BLOCK=32), 4, 2)
+    run(x, y)
+    assert kernel.calls[-1] == ("triton", (x, y, 16), dict(n=100, scale=0.5, BLOCK=32, num_warps=4, num_stages=2))
+    run(y, x)
+    # every argument in the kernel's order, after Triton's launcher arguments (grid, stream, function,
+    # metadata, no launch metadata or hooks)
+    assert kernel.calls[-1] == ("fast", (3, 2, 1, 7, "fn", "meta", None, None, None, y, x, 16, 100, 0.5, 32))
+    # a profiler's hook: Triton's own path, which calls it
+    monkeypatch.setattr(launch, "_hooks_set", lambda: True)
+    run(x, y)
+    assert kernel.calls[-1][0] == "triton"
+
+
+def test_hooks_are_seen():
+    import triton
+
+    hooks = triton.knobs.runtime.launch_enter_hook
+    assert not launch._hooks_set()
+    hook = lambda metadata: None  # noqa: E731
+    hooks.add(hook)
+    try:
+        assert launch._hooks_set()
+    finally:
+        hooks.remove(hook)
+
+
+@pytest.mark.parametrize("change", ["unaligned", "dtype", "stride", "window", "alibi", "varlen-pointer"])
+def test_plan_keys_separate_what_triton_specialises_on(change):
+    """A launch plan is reused only for tensors Triton would compile the same way."""
+    from flashattn2.kernels import forward
+
+    base = torch.zeros(2 * 40 * 2 * 32 + 8, dtype=torch.float16, device=DEVICE)
+    q = base[:2 * 40 * 2 * 32].view(2, 40, 2, 32)
+    opts = AttnOptions(softmax_scale=0.2)
+    key = _forward_key(forward, q, opts)
+    if change == "unaligned":
+        other = _forward_key(forward, base[1:2 * 40 * 2 * 32 + 1].view(2, 40, 2, 32), opts)
+    elif change == "dtype":
+        other = _forward_key(forward, q.to(torch.bfloat16), opts)
+    elif change == "stride":
+        other = _forward_key(forward, torch.zeros(2, 40, 2, 40, dtype=torch.float16, device=DEVICE)[..., :32], opts)
+    elif change == "window":
+        other = _forward_key(forward, q, opts._replace(window_left=8))
+    elif change == "alibi":
+        other = _forward_key(forward, q, opts._replace(alibi_slopes=torch.ones(2, device=DEVICE)))
+    else:
+        cu = torch.zeros(4, dtype=torch.int32, device=DEVICE)
+        other = _forward_key(forward, q, opts._replace(cu_seqlens_q=cu[1:], cu_seqlens_k=cu[1:]))
+        assert other != _forward_key(forward, q, opts._replace(cu_seqlens_q=cu[:3], cu_seqlens_k=cu[:3]))
+    assert other != key
+    assert _forward_key(forward, q.clone(), opts) == key
+
+
+def _forward_key(forward, q, opts):
+    """The plan key attention_forward used for (q, q, q): the cache's newest entry."""
+    forward._plans.clear()
+    try:
+        forward.attention_forward(q, q, q, opts)
+    except Exception:  # the key is made before any launch; only its value matters here
+        pass
+    (key,) = forward._plans
+    return key
+
+
+def test_eager_calls_skip_the_custom_op_and_tracing_uses_it(monkeypatch):
+    q, k, v = (randn(1, 20, 2, 32, dtype=torch.float16, requires_grad=True) for _ in range(3))
+    calls = []
+    original = ops._fwd_op
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch.ops.flashattn2, "fwd", spy)
+    flashattn2.flash_attn_func(q, k, v, causal=True).sum().backward()
+    assert calls == []
+    assert ops._traced(q) is False
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        fake = mode.from_tensor(q)
+        assert ops._traced(fake)
+
+
+def _varlen(total=48, nheads=2, head_dim=32):
+    return tuple(randn(total, nheads, head_dim, dtype=torch.float16) for _ in range(3))
+
+
+@pytest.mark.parametrize("cu", [[0, 10**6, 48], [0, -(2**31), 48], [-5, 20, 48], [0, 40, 30], [0, 20, 2**31 - 1]])
+def test_bad_cu_seqlens_stay_inside_the_tensors(cu):
+    """The kernels clamp sequences to the rows of q, k and to max_seqlen, so wild values never move a
+    load or store out of the tensors (the interpreter would read or write foreign memory)."""
+    q, k, v = _varlen()
+    bad = torch.tensor(cu, dtype=torch.int32, device=DEVICE)
+    good = torch.tensor([0, 20, 48], dtype=torch.int32, device=DEVICE)
+    for cu_q, cu_k in ((bad, good), (good, bad)):
+        opts = AttnOptions(softmax_scale=0.2, window_right=0, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=28,
+                           max_seqlen_k=28)
+        out, lse, probs = attention_forward(q, k, v, opts._replace(dropout_p=0.3, rng_seed=torch.zeros(
+            1, dtype=torch.int64, device=DEVICE)), return_probs=True)
+        assert probs.shape == (2, 2, 28, 28)
+        attention_backward(torch.randn_like(out), q, k, v, out, lse, opts)
+
+
+@pytest.mark.parametrize("cu,message", [
+    ([1, 20, 48], "cu_seqlens_q must start at 0"),
+    ([0, 30, 20, 48], "cu_seqlens_q must not decrease"),
+    ([0, 20, 47], "cu_seqlens_q must end at the number of rows of q"),
+    ([0, 40, 48], "cu_seqlens_q has a sequence longer than max_seqlen_q"),
+])
+def test_check_and_poison_names_the_problem_and_poisons_outputs(cu, message):
+    cu_q = torch.tensor(cu, dtype=torch.int32, device=DEVICE)
+    cu_k = torch.arange(len(cu), dtype=torch.int32, device=DEVICE)  # valid: sequences of one key
+    outs = (torch.zeros(48, 2, 8, dtype=torch.bfloat16, device=DEVICE), torch.zeros(2, 48, device=DEVICE))
+    with pytest.raises(ValueError, match=message):
+        cu_seqlens.check_and_poison(cu_q, cu_k, 48, len(cu) - 1, 30, 1, outs)
+    assert all(torch.isnan(x).all() for x in outs)
+    # the flag was cleared with the raise: a good call passes and leaves its outputs alone
+    cu_seqlens.check_and_poison(torch.tensor([0, 20, 48], dtype=torch.int32, device=DEVICE), cu_k[:3], 48, 2, 30, 1,
+                                (outs[1].zero_(),))
+    assert not outs[1].isnan().any()
+
+
+def test_describe_lists_every_failed_check_of_q_and_k():
+    text = cu_seqlens.describe(0b0101 | (0b1000 << 4))
+    assert text == ("cu_seqlens_q must start at 0, must end at the number of rows of q; "
+                    "cu_seqlens_k has a sequence longer than max_seqlen_k")
+
+
+def test_a_repeated_call_skips_the_checks_and_gives_the_same_result():
+    from flashattn2 import interface
+
+    interface._seen.clear()
+    q, k, v = (randn(1, 24, 2, 32, dtype=torch.float16) for _ in range(3))
+    first = flashattn2.flash_attn_func(q, k, v, causal=True)
+    assert len(interface._seen) == 1
+    again = flashattn2.flash_attn_func(q, k, v, causal=True)
+    assert len(interface._seen) == 1  # found, not added
+    assert torch.equal(first, again)
+    # what the checks refuse never matches a remembered call
+    with pytest.raises(ValueError, match="dropout_p"):
+        flashattn2.flash_attn_func(q, k, v, causal=True, dropout_p=1.0)
+    with pytest.raises(TypeError, match="one dtype"):
+        flashattn2.flash_attn_func(q, k.bfloat16(), v, causal=True)
+    # another pointer alignment is another entry (its kernels may be compiled differently)
+    shifted = torch.empty(q.numel() + 8, dtype=q.dtype, device=q.device)[1:q.numel() + 1].view(q.shape)
+    shifted.copy_(q)
+    assert torch.equal(flashattn2.flash_attn_func(shifted, k, v, causal=True), first)
+    assert len(interface._seen) == 2
+
+
+def test_warmup_runs_every_variant():
+    from flashattn2.warmup import warmup
+
+    seconds = warmup(dtypes=("fp16",), head_dims=(32,), causal=(True,), nheads=2, nheads_k=1, seqlen=16,
+                     device=DEVICE, verbose=False)
+    assert seconds > 0
