@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rep", type=float, default=DEFAULT_REP_MS, help="do_bench repetition time, ms (100)")
     p.add_argument("--trials", type=int, default=2,
                    help="do_bench calls per measurement, best median kept, same for every implementation (2)")
+    p.add_argument("--back-to-back", action="store_true",
+                   help="time calls queued back to back without flushing the L2 cache between them (the way a "
+                        "training loop runs; host time that the GPU work does not cover shows up)")
     p.add_argument("--out-dir", default="benchmarks/results", help="default benchmarks/results")
     p.add_argument("--tag", help="result file name stem (default YYYY-MM-DD_<device>)")
     p.add_argument(
@@ -150,6 +153,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         warmup_ms=args.warmup,
         rep_ms=args.rep,
         trials=args.trials,
+        back_to_back=args.back_to_back,
         on_row=lambda row: print(stdout_line(row, names), flush=True),
     )
 

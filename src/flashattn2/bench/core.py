@@ -276,13 +276,18 @@ def time_call(
     rep_ms: float = DEFAULT_REP_MS,
     cpu_reps: int = 3,
     trials: int = 1,
+    back_to_back: bool = False,
 ) -> float:
     """Median milliseconds of fn(); with trials > 1, the lowest of that many medians.
 
-    On CUDA: triton's do_bench (CUDA events, L2 flushed between runs). A whole do_bench call now and
-    then reads 2-3x slow on the lent H100 (seen at seqlen <= 1k), so every implementation alike gets
-    the best of `trials` medians. On CPU there are no CUDA events, so a few perf_counter repetitions.
+    On CUDA: triton's do_bench (CUDA events, L2 flushed between runs), or with back_to_back, calls
+    queued one after another without a flush, as a training loop makes them (back_to_back_ms). A
+    whole do_bench call now and then reads 2-3x slow on the lent H100 (seen at seqlen <= 1k), so every
+    implementation alike gets the best of `trials` medians. On CPU there are no CUDA events, so a few
+    perf_counter repetitions.
     """
+    if torch.device(device).type == "cuda" and back_to_back:
+        return min(back_to_back_ms(fn, grad_to_none, warmup_ms, rep_ms) for _ in range(max(1, trials)))
     if torch.device(device).type == "cuda":
         import triton.testing
 
@@ -299,6 +304,27 @@ def time_call(
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def back_to_back_ms(fn: Callable[[], Any], grad_to_none: Sequence[torch.Tensor] | None = None,
+                    warmup_ms: float = DEFAULT_WARMUP_MS, rep_ms: float = DEFAULT_REP_MS, blocks: int = 5) -> float:
+    """Milliseconds per call of fn() called back to back (host launches overlap the GPU's work, no cache
+    flush between calls): the median over `blocks` blocks of calls, each timed by CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def run(n: int) -> float:
+        start.record()
+        for _ in range(n):
+            _reset_grads(grad_to_none)
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / n
+
+    estimate = run(5)
+    run(max(1, int(warmup_ms / max(estimate, 1e-3))))
+    per_block = max(5, int(rep_ms / blocks / max(estimate, 1e-3)))
+    return statistics.median(run(per_block) for _ in range(blocks))
 
 
 def time_mode(
@@ -407,6 +433,7 @@ def run_suite(
     rep_ms: float = DEFAULT_REP_MS,
     cpu_reps: int = 3,
     trials: int = 1,
+    back_to_back: bool = False,
     include_ours: bool = True,
     ours_fn: AttnFn | None = None,
     naive_mem_fraction: float = NAIVE_MEM_FRACTION,
@@ -432,7 +459,8 @@ def run_suite(
     names = ([OURS] if include_ours else []) + _resolve_peers(peers, dev)
     impls = [make_impl(n, ours_fn) for n in names]
     needs_grad = any(m != "fwd" for m in modes)
-    timing = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "cpu_reps": cpu_reps, "trials": trials}
+    timing = {"warmup_ms": warmup_ms, "rep_ms": rep_ms, "cpu_reps": cpu_reps, "trials": trials,
+              "back_to_back": back_to_back}
 
     rows: list[dict[str, Any]] = []
     for shape in shapes:
