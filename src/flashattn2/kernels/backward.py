@@ -399,7 +399,7 @@ class BackwardPlan:
         # fp32 accumulation buffer for the atomic path; the dQ kernel writes dq directly
         dq = torch.zeros(q.shape, dtype=torch.float32, device=device) if self.atomic_dq else \
             common.empty(q.shape, q.dtype, device)
-        pointers = opts.pointers()
+        pointers = opts.tensors()
         q_src, do_src = (q, dout) if self.q_tiles is None else (row_tiles(q, *self.q_tiles),
                                                                 row_tiles(dout, *self.q_tiles))
         dq_dst = dq if self.dq_tiles is None else row_tiles(dq, *self.dq_tiles)

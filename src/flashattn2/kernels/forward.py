@@ -241,7 +241,7 @@ class ForwardPlan:
         probs = None if self.dump is None else torch.zeros(self.probs_shape, dtype=self.dtype, device=self.device)
         if self.empty:
             return out, lse, probs
-        pointers = opts.pointers()
+        pointers = opts.tensors()
         if self.tma_block is None:
             self.attend(q, k, v, out, lse, *pointers)
         else:

@@ -38,15 +38,12 @@ class AttnOptions(NamedTuple):
         return self.window_right == 0 and self.window_left < 0
 
     def tensors(self) -> tuple:
-        """The optional tensors, in TENSOR_FIELDS order (autograd saves them apart from the rest)."""
-        return tuple(getattr(self, name) for name in TENSOR_FIELDS)
+        """The optional tensors in TENSOR_FIELDS order: the order in which the kernels take them right
+        after their own tensors, and in which the custom ops' schema lists them."""
+        return self.cu_seqlens_q, self.cu_seqlens_k, self.alibi_slopes, self.rng_seed
 
     def with_tensors(self, tensors) -> "AttnOptions":
         return self._replace(**dict(zip(TENSOR_FIELDS, tensors, strict=True)))
-
-    def pointers(self) -> tuple:
-        """The optional tensors in the order the kernels take them, right after their own tensors."""
-        return self.cu_seqlens_q, self.cu_seqlens_k, self.alibi_slopes, self.rng_seed
 
     def plan_key(self) -> tuple:
         """Everything about the options that a launch plan depends on: the values, and of the optional
