@@ -255,18 +255,18 @@ def flash_attn_func(
     if v.shape[1] != seqlen_k:
         raise ValueError(f"k and v must have the same seqlen, got {seqlen_k} and {v.shape[1]}")
     _check_heads(q, k, v)
-    if key is not None and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1:
-        _check_row_offsets(q, k, v, 1)
-        opts = _options(q, None, None, q.shape[1], seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap,
-                        None, deterministic)
-        seed = None if opts.dropout_p == 0 else torch.empty(1, dtype=torch.int64, device=q.device)
-        plan = forward_plan(q, k, v, opts._replace(rng_seed=seed), bool(return_attn_probs and opts.dropout_p > 0))
-        _seen.add(key, (opts, return_attn_probs, plan))
-        return _run(q, k, v, opts, return_attn_probs, plan)
+    # a copy made here for a non-unit last stride would not match the key's tensors
+    remember = key is not None and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
     q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
     _check_row_offsets(q, k, v, 1)
-    return _attention(q, k, v, None, None, q.shape[1], seqlen_k, dropout_p, softmax_scale, causal, window_size,
-                      softcap, alibi_slopes, deterministic, return_attn_probs)
+    opts = _options(q, None, None, q.shape[1], seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap,
+                    alibi_slopes, deterministic)
+    plan = None
+    if remember:
+        # the plan does not depend on the dropout seed tensor, drawn per call in _run
+        plan = forward_plan(q, k, v, opts, bool(return_attn_probs and opts.dropout_p > 0))
+        _seen.add(key, (opts, return_attn_probs, plan))
+    return _run(q, k, v, opts, return_attn_probs, plan)
 
 
 def flash_attn_qkvpacked_func(

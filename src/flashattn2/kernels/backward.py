@@ -25,12 +25,11 @@ from .launch import Launch, PlanCache, align
 from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
 from .scores import transformed_scores
-from .seqlen_info import sequence_bounds
+from .seqlen_info import ROW_COUNTS, sequence_bounds
 from .tma import load_tile, row_tiles, tma_usable
 
 
-# the row counts only clamp bad cu_seqlens: not worth a compiled variant per divisibility class
-@triton.jit(do_not_specialize=("total_q", "total_k"))
+@triton.jit(do_not_specialize=ROW_COUNTS)
 def bwd_preprocess_kernel(
     Out, dOut, Delta, CuSeqlensQ,
     stride_ob, stride_om, stride_oh, stride_dob, stride_dom, stride_doh, stride_lse_b, stride_lse_h,
@@ -121,8 +120,7 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base
     return dk, dv
 
 
-# the row counts only clamp bad cu_seqlens: not worth a compiled variant per divisibility class
-@triton.jit(do_not_specialize=("total_q", "total_k"))
+@triton.jit(do_not_specialize=ROW_COUNTS)
 def attention_bwd_dkdv_kernel(
     Q, K, V, dOut, Lse, Delta, dQ, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
     stride_qb, stride_qm, stride_qh,
@@ -260,8 +258,7 @@ def _dq_from_kv_tiles(dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride
     return dq
 
 
-# the row counts only clamp bad cu_seqlens: not worth a compiled variant per divisibility class
-@triton.jit(do_not_specialize=("total_q", "total_k"))
+@triton.jit(do_not_specialize=ROW_COUNTS)
 def attention_bwd_dq_kernel(
     Q, K, V, dOut, Lse, Delta, dQ, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
     stride_qb, stride_qm, stride_qh,

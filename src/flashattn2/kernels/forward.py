@@ -13,7 +13,7 @@ from .launch import Launch, PlanCache, align
 from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
 from .scores import transformed_scores
-from .seqlen_info import sequence_bounds
+from .seqlen_info import ROW_COUNTS, sequence_bounds
 from .softmax import finalize, online_softmax_update
 from .tma import load_tile, row_tiles, tma_usable
 
@@ -54,8 +54,7 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
     return acc, m_i, l_i
 
 
-# the row counts only clamp bad cu_seqlens: not worth a compiled variant per divisibility class
-@triton.jit(do_not_specialize=("total_q", "total_k"))
+@triton.jit(do_not_specialize=ROW_COUNTS)
 def attention_fwd_kernel(
     Q, K, V, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
     stride_qb, stride_qm, stride_qh,
@@ -141,8 +140,7 @@ def attention_fwd_kernel(
     tl.store(lse_base + offs_m, lse, mask=offs_m < seqlen_q)
 
 
-# the row counts only clamp bad cu_seqlens: not worth a compiled variant per divisibility class
-@triton.jit(do_not_specialize=("total_q", "total_k"))
+@triton.jit(do_not_specialize=ROW_COUNTS)
 def dropout_probs_kernel(
     Q, K, Lse, Probs, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
     stride_qb, stride_qm, stride_qh,

@@ -3,6 +3,10 @@
 import triton
 import triton.language as tl
 
+# The row counts of q and k that the kernels take only to clamp bad cu_seqlens: not worth a compiled
+# variant per divisibility class, so every kernel that takes them leaves them unspecialised.
+ROW_COUNTS = ("total_q", "total_k")
+
 
 @triton.jit
 def sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, IS_VARLEN: tl.constexpr):
