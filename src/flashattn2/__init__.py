@@ -6,12 +6,14 @@
 
 from .bert_padding import pad_input, unpad_input
 from .interface import (
+    attention_backend,
     flash_attn_func,
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
     flash_attn_varlen_func,
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
+    set_backend,
 )
 from .reference import attention_ref
 
@@ -27,5 +29,7 @@ __all__ = [
     "unpad_input",
     "pad_input",
     "attention_ref",
+    "attention_backend",
+    "set_backend",
     "__version__",
 ]

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 import torch
 
+from .kernels import backends
+from .kernels.backends import forward_plan
 from .kernels.common import INTERPRET
-from .kernels.forward import forward_plan
 from .kernels.launch import PlanCache, align
 from .kernels.params import AttnOptions
 from .ops import attention
@@ -455,3 +456,30 @@ def flash_attn_varlen_kvpacked_func(
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                                   return_attn_probs)
+
+
+def set_backend(name: str) -> None:
+    """Pick the kernels for the calls that follow: "auto" (the default), "gluon" or "triton", the values
+    of the FLASHATTN2_BACKEND environment variable (kernels/backends.py says what each means)."""
+    backends.set_backend(name)
+    _seen.clear()
+
+
+def attention_backend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: torch.Tensor | None = None,
+    return_attn_probs: bool = False,
+) -> tuple[str, str | None]:
+    """Which kernels flash_attn_func(q, k, v, ...) with these arguments runs its forward on:
+    ("gluon-sm90", None), or ("triton", why not Gluon). The backward always runs on the Triton kernels.
+    Packed (varlen) calls follow the same rules."""
+    opts = _options(q, None, None, q.shape[1], k.shape[1], dropout_p, softmax_scale, causal, window_size, softcap,
+                    alibi_slopes, False)
+    return backends.forward_backend(q, k, v, opts, bool(return_attn_probs and opts.dropout_p > 0))

@@ -17,8 +17,9 @@ from typing import Optional
 import torch
 
 from .kernels import cu_seqlens
+from .kernels.backends import forward_plan
 from .kernels.backward import backward_plan
-from .kernels.forward import ForwardPlan, forward_plan
+from .kernels.forward import ForwardPlan
 from .kernels.launch import align
 from .kernels.params import AttnOptions
 

@@ -25,7 +25,8 @@ OURS = "flashattn2"
 GPU_PEERS: tuple[str, ...] = ("sdpa-flash", "sdpa-cudnn", "sdpa-mem-eff", "naive")
 # On CPU only these two exist (the fused SDPA backends are CUDA kernels).
 CPU_PEERS: tuple[str, ...] = ("sdpa-math", "naive")
-ALL_PEERS: tuple[str, ...] = ("sdpa-flash", "sdpa-cudnn", "sdpa-mem-eff", "sdpa-math", "naive")
+# flashattn2-triton: our own portable kernels with the Gluon backend switched off (backends.py)
+ALL_PEERS: tuple[str, ...] = ("sdpa-flash", "sdpa-cudnn", "sdpa-mem-eff", "sdpa-math", "naive", "flashattn2-triton")
 CUDA_ONLY_PEERS = frozenset({"sdpa-flash", "sdpa-cudnn", "sdpa-mem-eff"})
 
 MODES: tuple[str, ...] = ("fwd", "bwd", "fwd_bwd")
@@ -199,6 +200,8 @@ class Impl:
 
     def context(self) -> contextlib.AbstractContextManager[Any]:
         """Backend selection for SDPA; entered around the whole measurement, not per call."""
+        if self.name == "flashattn2-triton":
+            return _triton_backend()
         backend = _SDPA_BACKENDS.get(self.name)
         if backend is None:
             return contextlib.nullcontext()
@@ -209,6 +212,8 @@ class Impl:
     ) -> Callable[[], torch.Tensor]:
         """A zero-argument callable to time; anything it needs (e.g. the causal mask) is built here,
         outside the timed region."""
+        if self.name == "flashattn2-triton":
+            return lambda: _ours_fn()(q, k, v, causal=causal)
         if self.name == OURS:
             fn = self.ours_fn if self.ours_fn is not None else _ours_fn()
             return lambda: fn(q, k, v, causal=causal)
@@ -225,9 +230,24 @@ class Impl:
         raise ValueError(f"unknown implementation {self.name!r}")
 
 
+@contextlib.contextmanager
+def _triton_backend() -> Iterator[None]:
+    import flashattn2
+    from flashattn2.kernels import backends
+
+    before = backends.get_backend()
+    flashattn2.set_backend("triton")
+    try:
+        yield
+    finally:
+        flashattn2.set_backend(before)
+
+
 def make_impl(name: str, ours_fn: AttnFn | None = None) -> Impl:
     if name == OURS:
         return Impl(OURS, "bshd", ours_fn)
+    if name == "flashattn2-triton":
+        return Impl(name, "bshd")
     if name in ALL_PEERS:
         return Impl(name, "bhsd")
     raise ValueError(f"unknown implementation {name!r}; expected {OURS} or one of {ALL_PEERS}")

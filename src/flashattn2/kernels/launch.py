@@ -45,12 +45,14 @@ class Launch:
     `scalars` are the plain numbers right after the tensors, `named` all the other arguments
     (runtime values and constexprs)."""
 
-    __slots__ = ("kernel", "grid", "scalars", "named", "num_warps", "num_stages", "_compiled", "_tail")
+    __slots__ = ("kernel", "grid", "scalars", "named", "num_warps", "num_stages", "options", "_compiled", "_tail")
 
     def __init__(self, kernel, grid: tuple[int, int, int], scalars: tuple, named: dict, num_warps: int = 4,
-                 num_stages: int = 2) -> None:
+                 num_stages: int = 2, options: dict | None = None) -> None:
         self.kernel, self.grid, self.scalars, self.named = kernel, grid, scalars, named
         self.num_warps, self.num_stages = num_warps, num_stages
+        # further compile options (Gluon kernels: maxnreg)
+        self.options = options or {}
         self._compiled = self._tail = None
 
     def __call__(self, *tensors) -> None:
@@ -61,7 +63,7 @@ class Launch:
                          None, *tensors, *self._tail)
             return
         compiled = self.kernel[self.grid](*tensors, *self.scalars, **self.named, num_warps=self.num_warps,
-                                          num_stages=self.num_stages)
+                                          num_stages=self.num_stages, **self.options)
         if not INTERPRET and compiled is not None:
             # every argument after the tensors, in the kernel's parameter order
             names = self.kernel.arg_names[len(tensors) + len(self.scalars):]

@@ -26,6 +26,7 @@ def sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, 
         seqlen_q = tl.minimum(q_end - q_start, seqlen_q)
         seqlen_k = tl.minimum(k_end - k_start, seqlen_k)
     else:
-        q_start = tl.full([], 0, tl.int32)
-        k_start = tl.full([], 0, tl.int32)
+        # int32 zeros spelled so that Gluon (which wants a layout for tl.full) compiles them too
+        q_start = off_b * 0
+        k_start = off_b * 0
     return q_start, seqlen_q, k_start, seqlen_k

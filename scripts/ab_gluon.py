@@ -1,0 +1,84 @@
+"""A/B of Gluon forward tunings (kernels/fwd_sm90.py CONFIGS) against cuDNN and our Triton forward, in
+one process, interleaved per shape: python scripts/ab_gluon.py --out DIR [--dtypes bf16 fp16].
+
+Each variant's output is checked against the Triton forward's before it is timed."""
+
+import argparse
+import functools
+import json
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from flashattn2.kernels import forward, fwd_sm90
+from flashattn2.kernels.params import AttnOptions
+
+VARIANTS = {
+    64: {"base": {}, "pingpong": {"PINGPONG": True}, "bn64": {"BLOCK_N": 64, "STAGES": 4},
+         "bn64-pp": {"BLOCK_N": 64, "STAGES": 4, "PINGPONG": True}},
+    128: {"base": {}, "pingpong": {"PINGPONG": True}, "2stage-pp": {"STAGES": 2, "PINGPONG": True}},
+    256: {"base": {}, "pingpong": {"PINGPONG": True}},
+}
+
+
+def tflops(batch, nheads, seqlen, hdim, causal, ms):
+    flops = 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
+    return flops / ms / 1e9
+
+
+def measure(dtype_name: str, hdim: int, causal: bool, seqlen: int) -> dict:
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    batch, nheads = 16384 // seqlen, 2048 // hdim
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=dtype) for _ in range(3))
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    opts = AttnOptions(softmax_scale=hdim ** -0.5, window_left=-1, window_right=0 if causal else -1)
+    tri = forward.forward_plan(q, k, v, opts)
+    ref, ref_lse, _ = tri(q, k, v, opts)
+    fns = {"triton": functools.partial(tri, q, k, v, opts),
+           "cudnn": functools.partial(F.scaled_dot_product_attention, qt, kt, vt, is_causal=causal)}
+    errors = {}
+    for name, tuning in VARIANTS[hdim].items():
+        plan = fwd_sm90.Sm90ForwardPlan(q, k, v, opts, tuning)
+        out, lse, _ = plan(q, k, v, opts)
+        err = (out.float() - ref.float()).abs().max().item()
+        lse_err = (lse - ref_lse).abs().max().item()
+        errors[name] = (err, lse_err)
+        if not (err < 3e-2 and lse_err < 1e-3):  # NaN fails too
+            print(f"WRONG {name} {dtype_name} d{hdim} causal={causal} s{seqlen}: {err} {lse_err}", flush=True)
+            continue
+        fns["gluon-" + name] = functools.partial(plan, q, k, v, opts)
+    row = dict(dtype=dtype_name, hdim=hdim, causal=causal, seqlen=seqlen, errors=errors)
+    for name, fn in fns.items():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            ms = triton.testing.do_bench(fn, warmup=25, rep=100)
+        row[name] = round(tflops(batch, nheads, seqlen, hdim, causal, ms), 1)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dtypes", nargs="+", default=["bf16"])
+    ap.add_argument("--hdims", nargs="+", type=int, default=[64, 128, 256])
+    ap.add_argument("--seqlens", nargs="+", type=int, default=[1024, 4096, 16384])
+    args = ap.parse_args()
+    rows = []
+    for dtype_name in args.dtypes:
+        for hdim in args.hdims:
+            for causal in (False, True):
+                for seqlen in args.seqlens:
+                    rows.append(measure(dtype_name, hdim, causal, seqlen))
+                    print(json.dumps(rows[-1]), flush=True)
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                date=time.strftime("%Y-%m-%d"))
+    with open(f"{args.out}/ab_gluon.json", "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,422 @@
+"""Hopper (sm_90) forward in Gluon, in FlashAttention-3's structure.
+
+One program per 128-row query tile of one (batch, head), in three warp partitions:
+- a producer (the default partition) loads the two 64-row Q halves once, then streams K and V tiles
+  with TMA into a ring of STAGES shared-memory stages; k_ready / v_ready (expect-tx) say a stage is
+  full, kv_empty (count 2, one arrival per consumer) that both consumers are done with it;
+- two consumer warpgroups, one per 64-row half: S = Q Kᵀ by wgmma from shared memory, the online
+  softmax in registers, P kept in registers as the A operand of O += P V. Each step issues S_j and
+  PV_{j-1} back to back and waits for S_j alone, so the softmax of tile j runs under the PV matmul
+  of tile j-1 (FlashAttention-3's intra-warpgroup overlap).
+O goes out through TMA from the consumer's (no longer needed) Q stage; packed variable-length
+batches store with masked pointer stores, since a descriptor cannot end at each sequence.
+
+Masks, score transforms, block ranges and sequence bounds are the portable kernels' @triton.jit
+helpers (they compile inside Gluon), so both backends share one definition of every option.
+"""
+
+import torch
+
+from . import common
+from .block_range import kv_range_for_q_tile
+from .common import LOG2E, capability, cdiv
+from .gluon_api import (
+    TensorDescriptor,
+    fence_async_shared,
+    gl,
+    gluon,
+    mbarrier,
+    shared_layout,
+    tma_load,
+    tma_store,
+    tma_store_wait,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from .launch import Launch, PlanCache
+from .mask import score_mask
+from .params import AttnOptions, lse_strides, problem_dims, row_strides
+from .scores import transformed_scores
+from .seqlen_info import ROW_COUNTS, sequence_bounds
+from .softmax import finalize, online_softmax_update
+from .tma import tma_usable
+
+WG_M = gl.constexpr(64)  # query rows per consumer warpgroup (wgmma's M)
+BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
+
+# head dim -> tuning: key-tile rows, K/V ring stages (the stages and the Q tile must fit 227 KB of shared
+# memory), ping-pong of the two consumers. Measured choices: benchmarks/NOTES.md.
+CONFIGS = {
+    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False),
+    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True),
+    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True),
+}
+# where "auto" takes this kernel: at head dim 64 the Triton forward is as fast or faster (NOTES.md)
+AUTO_HEAD_DIMS = (128, 256)
+# registers: the launch cap, and the consumers' share after setmaxnreg (the producer gives its up)
+MAXNREG = 168
+CONSUMER_REGS = gl.constexpr(232)
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
+              tma_b, q_row, off_h, k_row, off_hk, n_lo, n_hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma_load(q_desc, [tma_b, q_row, off_h, 0], q_bar, q_smem.index(0))
+    tma_load(q_desc, [tma_b, q_row + WG_M, off_h, 0], q_bar, q_smem.index(1))
+    it = 0
+    for start_n in range(n_lo, n_hi, BLOCK_N):
+        stage = it % STAGES
+        # a fresh barrier counts as having completed the phase before 0: the first pass does not wait
+        mbarrier.wait(kv_empty.index(stage), ((it // STAGES) & 1) ^ 1)
+        mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+        tma_load(k_desc, [tma_b, k_row + start_n, off_hk, 0], k_ready.index(stage), k_smem.index(stage))
+        mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+        tma_load(v_desc, [tma_b, k_row + start_n, off_hk, 0], v_ready.index(stage), v_smem.index(stage))
+        it += 1
+
+
+@gluon.constexpr_function
+def _wgmma_layout(n):
+    # wgmma's accumulator for a 64 x n tile of one warpgroup (16-bit inputs: K = 16 per instruction)
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+
+@gluon.constexpr_function
+def _p_layout(block_d):
+    # P as the register A operand of O += P V
+    return gl.DotOperandLayout(operand_index=0, parent=_wgmma_layout(block_d), k_width=2)
+
+
+@gluon.jit
+def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
+           softcap_out, alibi_slope, dtype: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
+           HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+           MASKED: gl.constexpr):
+    """Raw scores of one tile -> P (dtype, in the PV matmul's A-operand layout), alpha, new m_i, l_i."""
+    offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+    if HAS_SOFTCAP or HAS_ALIBI:
+        s, _ = transformed_scores(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, softcap_in2,
+                                  softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
+        scale = 1.0
+    else:
+        scale = qk_scale
+    if MASKED:
+        visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left, window_right,
+                             HAS_LEFT, HAS_RIGHT)
+        s = gl.where(visible, s, float("-inf"))
+    p, alpha, m_i, l_i = online_softmax_update(s, m_i, l_i, scale, MASKED)
+    return gl.convert_layout(p.to(dtype), _p_layout(BLOCK_D)), alpha, m_i, l_i
+
+
+@gluon.jit
+def _take_turn(turn, it, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    """Ping-pong: the two consumers issue their matmuls in turns, so that one's softmax runs while the
+    other's matmuls hold the tensor cores. Consumer 0 goes first: its first wait is on the phase a
+    fresh barrier counts as complete."""
+    if PINGPONG:
+        mbarrier.wait(turn.index(WG), (it & 1) ^ (1 - WG))
+
+
+@gluon.jit
+def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - WG), count=1)
+
+
+@gluon.jit
+def _step(it, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, offs_m, seqlen_q,
+          seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
+          BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr,
+          MASKED: gl.constexpr):
+    """Key tile `it` (at start_n): S_it = Q K_itᵀ and O += P_{it-1} V_{it-1} in flight together, the
+    softmax of S_it under the PV matmul, then O rescaled and stage it-1 handed back."""
+    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N)
+    stage = it % STAGES
+    prev = (it - 1) % STAGES
+    mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
+    mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
+    _take_turn(turn, it, WG, PINGPONG)
+    k_t = k_smem.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
+    s_tok = warpgroup_mma(q_tile, k_t, gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
+                          is_async=True)
+    o_tok = warpgroup_mma(p, v_smem.index(prev).reshape([BLOCK_N, BLOCK_D]), acc, is_async=True)
+    _pass_turn(turn, WG, PINGPONG)
+    s = warpgroup_mma_wait(1, deps=[s_tok])
+    p_next, alpha, m_i, l_i = _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left,
+                                     window_right, softcap_in2, softcap_out, alibi_slope, p.dtype, BLOCK_N,
+                                     BLOCK_D, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED)
+    # p stays a dependency: its registers feed the PV matmul until it retires
+    acc, p = warpgroup_mma_wait(0, deps=[o_tok, p])
+    mbarrier.arrive(kv_empty.index(prev), count=1)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
+    return acc, m_i, l_i, p_next
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, Out, Lse,
+              stride_om, stride_oh, stride_lse_b, stride_lse_h, off_b, off_h, q_start, start_m, seqlen_q, seqlen_k,
+              n_lo, n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+              alibi_slope, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+              HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr):
+    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N)
+    o_layout: gl.constexpr = _wgmma_layout(BLOCK_D)
+    dtype: gl.constexpr = q_smem.dtype
+    row0 = start_m + WG * WG_M
+    q_tile = q_smem.index(WG).reshape([WG_M, BLOCK_D])
+    offs_m = row0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
+    m_i = gl.full([WG_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([WG_M], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([WG_M, BLOCK_D], gl.float32, o_layout)
+    mbarrier.wait(q_bar, 0)
+    if n_hi > n_lo:
+        # the first tile alone: its S has no PV to overlap with (masked: it may be cut by anything)
+        mbarrier.wait(k_ready.index(0), 0)
+        _take_turn(turn, 0, WG, PINGPONG)
+        k_t = k_smem.index(0).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
+        s_tok = warpgroup_mma(q_tile, k_t, gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
+                              is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        s = warpgroup_mma_wait(0, deps=[s_tok])
+        p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+                                softcap_in2, softcap_out, alibi_slope, dtype, BLOCK_N, BLOCK_D, HAS_LEFT,
+                                HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True)
+        it = 1
+        first = n_lo + BLOCK_N
+        full_lo = gl.maximum(n_full_lo, first)
+        full_hi = gl.maximum(n_full_hi, first)
+        if HAS_LEFT:  # tiles cut by the window's left edge
+            for start_n in range(first, full_lo, BLOCK_N):
+                acc, m_i, l_i, p = _step(it, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready,
+                                         kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left,
+                                         window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D,
+                                         STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, True)
+                it += 1
+        for start_n in range(full_lo, full_hi, BLOCK_N):  # tiles every row sees whole
+            acc, m_i, l_i, p = _step(it, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready,
+                                     kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+                                     softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
+                                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, False)
+            it += 1
+        for start_n in range(full_hi, n_hi, BLOCK_N):  # the diagonal, the window's right edge, the keys' end
+            acc, m_i, l_i, p = _step(it, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready,
+                                     kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+                                     softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
+                                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, True)
+            it += 1
+        # the last PV
+        prev = (it - 1) % STAGES
+        mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
+        _take_turn(turn, it, WG, PINGPONG)
+        o_tok = warpgroup_mma(p, v_smem.index(prev).reshape([BLOCK_N, BLOCK_D]), acc, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        acc, p = warpgroup_mma_wait(0, deps=[o_tok, p])
+        mbarrier.arrive(kv_empty.index(prev), count=1)
+
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o))
+    rows = row0 + gl.arange(0, WG_M, layout=row_o)
+    lse_base = Lse + off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_start
+    gl.store(lse_base + rows, lse, mask=rows < seqlen_q)
+    if IS_VARLEN:
+        cols = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, o_layout))
+        o_ptrs = (Out + off_h.to(gl.int64) * stride_oh + (q_start + rows).to(gl.int64)[:, None] * stride_om
+                  + cols[None, :])
+        gl.store(o_ptrs, out.to(dtype), mask=(rows[:, None] < seqlen_q) & (cols[None, :] < BLOCK_D))
+    else:
+        # this half's Q stage is free now that its last S retired: stage O there for one TMA store
+        o_stage = q_smem.index(WG)
+        o_stage.reshape([WG_M, BLOCK_D]).store(out.to(dtype))
+        fence_async_shared()
+        tma_store(o_desc, [off_b, row0, off_h, 0], o_stage)
+        tma_store_wait(0)
+
+
+@gluon.jit(do_not_specialize=ROW_COUNTS)
+def attention_fwd_sm90_kernel(
+    q_desc, k_desc, v_desc, o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
+    stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b,
+    nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
+    softcap_out,
+    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+    IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
+    """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
+    for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
+    (1, rows, 1, head_dim) blocks; packed inputs come as (1, total, heads, head_dim) views."""
+    BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
+    dtype: gl.constexpr = q_desc.dtype
+    pid_m = gl.program_id(0)
+    if REVERSE_M:
+        # causal: the longest rows first, so the short ones fill the last wave
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    start_m = pid_m * (2 * WG_M)
+    pid_bh = gl.program_id(1)
+    off_b = pid_bh // nheads
+    off_h = pid_bh % nheads
+    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
+                                                           total_q, total_k, IS_VARLEN)
+    if start_m >= seqlen_q:
+        return  # a packed sequence shorter than the longest one
+    off_hk = off_h // group
+    if IS_VARLEN:
+        tma_b = 0  # packed inputs are one (1, total, heads, head_dim) view
+    else:
+        tma_b = off_b
+    alibi_slope = 0.0
+    if HAS_ALIBI:
+        alibi_slope = gl.load(AlibiSlopes + off_b.to(gl.int64) * stride_alibi_b + off_h) * LOG2E
+    n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, window_left, window_right,
+                                                           2 * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+
+    q_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=2)
+
+    gl.warp_specialize([
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tma_b,
+                     q_start + start_m, off_h, k_start, off_hk, n_lo, n_hi, BLOCK_N, STAGES)),
+        (_consumer, (0, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, Out, Lse,
+                     stride_om, stride_oh, stride_lse_b, stride_lse_h, off_b, off_h, q_start, start_m, seqlen_q,
+                     seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2,
+                     softcap_out, alibi_slope, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
+                     HAS_SOFTCAP, HAS_ALIBI, PINGPONG)),
+        (_consumer, (1, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, Out, Lse,
+                     stride_om, stride_oh, stride_lse_b, stride_lse_h, off_b, off_h, q_start, start_m, seqlen_q,
+                     seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2,
+                     softcap_out, alibi_slope, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
+                     HAS_SOFTCAP, HAS_ALIBI, PINGPONG)),
+    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+
+    mbarrier.invalidate(q_bar)
+    mbarrier.invalidate(turn.index(0))
+    mbarrier.invalidate(turn.index(1))
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(k_ready.index(i))
+        mbarrier.invalidate(v_ready.index(i))
+        mbarrier.invalidate(kv_empty.index(i))
+
+
+def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions,
+                  return_probs: bool) -> str | None:
+    """None when this kernel runs the call, else what keeps it on the portable kernels."""
+    if common.INTERPRET:
+        return "the Triton interpreter cannot run Gluon"
+    if not q.is_cuda or capability(q.get_device()) != (9, 0):
+        return "not an sm_90 (Hopper) GPU"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"dtype {q.dtype}"
+    if q.shape[-1] not in CONFIGS:
+        return f"head dim {q.shape[-1]} (the Gluon kernel has {sorted(CONFIGS)})"
+    if opts.dropout_p > 0.0 or return_probs:
+        return "dropout"
+    if k.numel() == 0:
+        return "no keys (a descriptor needs a non-empty tensor)"
+    if not tma_usable(q, k, v):
+        return "a stride or base address that TMA cannot read (16-byte alignment, unit last stride)"
+    return None
+
+
+def _as_rows(x: torch.Tensor, varlen: bool) -> torch.Tensor:
+    # descriptors are 4-D (batch, rows, heads, head_dim); a packed batch is one (1, total, ...) view
+    return x.unsqueeze(0) if varlen else x
+
+
+class Sm90ForwardPlan:
+    """ForwardPlan's interface (forward.py) for the Gluon kernel: made once per shape and option set."""
+
+    backend = "gluon-sm90"
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions,
+                 tuning: dict | None = None) -> None:
+        batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
+        varlen = opts.varlen
+        tuning = {**CONFIGS[head_dim], **(tuning or {})}
+        block_n = tuning["BLOCK_N"]
+        self.backward_plans: dict = {}
+        self.dtype, self.device, self.out_shape = q.dtype, q.device, q.shape
+        self.lse_shape = (nheads, q.shape[0]) if varlen else (batch, nheads, seqlen_q)
+        self.empty = q.numel() == 0 or batch * seqlen_q == 0
+        self.varlen = varlen
+        self.q_block, self.kv_block = [1, 64, 1, head_dim], [1, block_n, 1, head_dim]
+        self.q_layout = shared_layout(self.q_block, q.dtype)
+        self.kv_layout = shared_layout(self.kv_block, q.dtype)
+        lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"), varlen)
+        _, stride_om, stride_oh = row_strides(torch.empty(self.out_shape, device="meta"), varlen)
+        named = dict(nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                     total_q=q.shape[0], total_k=k.shape[0], **opts.kernel_args())
+        del named["dropout_p"], named["HAS_DROPOUT"]
+        self.attend = Launch(
+            attention_fwd_sm90_kernel, (cdiv(seqlen_q, BLOCK_M), batch * nheads, 1),
+            (stride_om, stride_oh, lse_sb, lse_sh),
+            dict(named, REVERSE_M=named["HAS_RIGHT"], **tuning),
+            num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG))
+
+    def _desc(self, x: torch.Tensor, block: list[int], layout) -> TensorDescriptor:
+        x = _as_rows(x, self.varlen)
+        return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
+
+    def __call__(self, q, k, v, opts):
+        out = common.empty(self.out_shape, self.dtype, self.device)
+        lse = common.empty(self.lse_shape, torch.float32, self.device)
+        if self.empty:
+            return out, lse, None
+        cu_q, cu_k, alibi, _ = opts.tensors()
+        self.attend(self._desc(q, self.q_block, self.q_layout), self._desc(k, self.kv_block, self.kv_layout),
+                    self._desc(v, self.kv_block, self.kv_layout), self._desc(out, self.q_block, self.q_layout),
+                    out, lse, cu_q, cu_k, alibi)
+        return out, lse, None
+
+
+_plans = PlanCache()
+
+
+def forward_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions) -> Sm90ForwardPlan:
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device, opts.plan_key())
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans.add(key, Sm90ForwardPlan(q, k, v, opts))
+    return plan
+
+
+def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
+    """Compile one variant of the kernel for sm_90 without a GPU (`triton.compile` with a CUDA target):
+    CI catches a Gluon API change of a new Triton release this way. flags: the kernel's constexpr
+    flags (HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M), False when left out."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    block_n = CONFIGS[head_dim]["BLOCK_N"]
+    type_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+
+    def desc(rows):
+        layout = shared_layout([1, rows, 1, head_dim], dtype)
+        return f"tensordesc<{type_name}[1,{rows},1,{head_dim}],{layout!r}>"
+
+    types = dict(q_desc=desc(64), k_desc=desc(block_n), v_desc=desc(block_n), o_desc=desc(64), Out=f"*{type_name}",
+                 Lse="*fp32", CuSeqlensQ="*i32", CuSeqlensK="*i32", AlibiSlopes="*fp32", qk_scale="fp32",
+                 softcap_in2="fp32", softcap_out="fp32")
+    constants = dict(CONFIGS[head_dim], HAS_LEFT=False, HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False,
+                     HAS_ALIBI=False, REVERSE_M=False)
+    constants.update(flags)
+    names = attention_fwd_sm90_kernel.arg_names
+    signature = {n: "constexpr" if n in constants else types.get(n, "i32") for n in names}
+    source = GluonASTSource(attention_fwd_sm90_kernel, signature,
+                            {(names.index(n),): value for n, value in constants.items()})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=MAXNREG))

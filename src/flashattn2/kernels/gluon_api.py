@@ -1,0 +1,42 @@
+"""The one place that names Gluon (`triton.experimental.gluon`), so that a renamed call in a new Triton
+release is fixed here, not in every kernel.
+
+Gluon is experimental: its calls moved between triton 3.6 (the version PyTorch 2.11 ships) and 3.9.
+Each alias below picks the spelling the installed Triton has; module-level aliases are usable inside
+`@gluon.jit` functions in both versions.
+"""
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    AVAILABLE = True
+except ImportError:  # a Triton without Gluon: only the portable kernels exist
+    gluon = gl = fence_async_shared = mbarrier = tma = warpgroup_mma = warpgroup_mma_wait = None
+    TensorDescriptor = None
+    AVAILABLE = False
+
+if AVAILABLE:
+    # 3.6: async_copy_global_to_shared / async_copy_shared_to_global; 3.9: async_load / async_store
+    tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+    tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_shared_to_global
+    tma_store_wait = tma.store_wait
+    NVMMASharedLayout = gl.NVMMASharedLayout
+else:
+    tma_load = tma_store = tma_store_wait = NVMMASharedLayout = None
+
+
+def shared_layout(block_shape: list[int], torch_dtype):
+    """The swizzled shared-memory layout TMA and wgmma both read, for a tile of that shape and dtype."""
+    import torch
+
+    dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[torch_dtype]
+    return NVMMASharedLayout.get_default_for(block_shape, dtype)
