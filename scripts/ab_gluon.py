@@ -18,10 +18,9 @@ from flashattn2.kernels import forward, fwd_sm90
 from flashattn2.kernels.params import AttnOptions
 
 VARIANTS = {
-    64: {"base": {}, "pingpong": {"PINGPONG": True}, "bn64": {"BLOCK_N": 64, "STAGES": 4},
-         "bn64-pp": {"BLOCK_N": 64, "STAGES": 4, "PINGPONG": True}},
-    128: {"base": {}, "pingpong": {"PINGPONG": True}, "2stage-pp": {"STAGES": 2, "PINGPONG": True}},
-    256: {"base": {}, "pingpong": {"PINGPONG": True}},
+    64: {"base": {}, "persistent": {"PERSISTENT": True}, "persistent-pp": {"PERSISTENT": True, "PINGPONG": True}},
+    128: {"base": {}, "persistent": {"PERSISTENT": True}, "persistent-nopp": {"PERSISTENT": True, "PINGPONG": False}},
+    256: {"base": {}, "persistent": {"PERSISTENT": True}},
 }
 
 

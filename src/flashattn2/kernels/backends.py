@@ -6,7 +6,7 @@ kernels (FlashAttention-4's `can_implement` pattern).
   causal, windows, GQA/MQA, softcap, ALiBi and packed variable-length batches included.
 
 FLASHATTN2_BACKEND (read at import; set_backend() changes it) picks: "auto" (the default: Gluon
-where it can run the call and was measured faster, that is head dims 128 and 256), "gluon" (Gluon
+where it can run the call and was measured faster, that is head dim 128), "gluon" (Gluon
 wherever it can run the call) or "triton" (never Gluon: the way out for a user who hits a problem
 in the Gluon kernels). Calls that Gluon cannot run always take
 the Triton kernels; forward_backend() says which a call takes and why. Both forwards write the same

@@ -45,35 +45,74 @@ WG_M = gl.constexpr(64)  # query rows per consumer warpgroup (wgmma's M)
 BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 
 # head dim -> tuning: key-tile rows, K/V ring stages (the stages and the Q tile must fit 227 KB of shared
-# memory), ping-pong of the two consumers. Measured choices: benchmarks/NOTES.md.
+# memory), ping-pong of the two consumers, a persistent grid for calls without a right window edge
+# (causal work items differ in cost, and a static round-robin over them lost 28-37% at 16k).
+# Measured choices: benchmarks/NOTES.md.
 CONFIGS = {
-    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False),
-    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True),
-    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True),
+    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, PERSISTENT=True),
+    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, PERSISTENT=True),
+    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, PERSISTENT=True),
 }
-# where "auto" takes this kernel: at head dim 64 the Triton forward is as fast or faster (NOTES.md)
-AUTO_HEAD_DIMS = (128, 256)
+# where "auto" takes this kernel: at head dims 64 and 256 the Triton forward is as fast (NOTES.md)
+AUTO_HEAD_DIMS = (128,)
 # registers: the launch cap, and the consumers' share after setmaxnreg (the producer gives its up)
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(232)
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty,
-              tma_b, q_row, off_h, k_row, off_hk, n_lo, n_hi, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma_load(q_desc, [tma_b, q_row, off_h, 0], q_bar, q_smem.index(0))
-    tma_load(q_desc, [tma_b, q_row + WG_M, off_h, 0], q_bar, q_smem.index(1))
-    it = 0
-    for start_n in range(n_lo, n_hi, BLOCK_N):
-        stage = it % STAGES
-        # a fresh barrier counts as having completed the phase before 0: the first pass does not wait
-        mbarrier.wait(kv_empty.index(stage), ((it // STAGES) & 1) ^ 1)
-        mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-        tma_load(k_desc, [tma_b, k_row + start_n, off_hk, 0], k_ready.index(stage), k_smem.index(stage))
-        mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-        tma_load(v_desc, [tma_b, k_row + start_n, off_hk, 0], v_ready.index(stage), v_smem.index(stage))
-        it += 1
+def _tile(tile, num_m, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
+          window_right, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+          IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr):
+    """Where work item `tile` lies: (batch, head, first query row, the sequence's bounds, key ranges).
+    Consecutive items are query tiles of one (batch, head), so programs running together share its K/V
+    in L2; REVERSE_M (causal) takes each head's longest rows first, so short ones fill the last wave."""
+    pid_bh = tile // num_m
+    pid_m = tile % num_m
+    if REVERSE_M:
+        pid_m = num_m - 1 - pid_m
+    start_m = pid_m * (2 * WG_M)
+    off_b = pid_bh // nheads
+    off_h = pid_bh % nheads
+    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
+                                                           total_q, total_k, IS_VARLEN)
+    n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, window_left, window_right,
+                                                           2 * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    return off_b, off_h, start_m, q_start, seqlen_q, k_start, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+              CuSeqlensQ, CuSeqlensK, num_m, num_tiles, nheads, group, seqlen_q, seqlen_k, total_q, total_k,
+              window_left, window_right, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+              HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr):
+    it = 0  # K/V ring slot, counted across work items
+    done = 0  # work items finished, for the Q barriers' phases
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        off_b, off_h, start_m, q_start, n_rows, k_start, _, n_lo, _, _, n_hi = _tile(
+            tile, num_m, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
+            window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+        if start_m < n_rows:  # else a packed sequence shorter than the longest one
+            if IS_VARLEN:
+                tma_b = 0  # packed inputs are one (1, total, heads, head_dim) view
+            else:
+                tma_b = off_b
+            off_hk = off_h // group
+            # the consumers free the Q stage (it also stages their O) when their output is out
+            mbarrier.wait(q_empty, (done & 1) ^ 1)
+            mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+            tma_load(q_desc, [tma_b, q_start + start_m, off_h, 0], q_bar, q_smem.index(0))
+            tma_load(q_desc, [tma_b, q_start + start_m + WG_M, off_h, 0], q_bar, q_smem.index(1))
+            for start_n in range(n_lo, n_hi, BLOCK_N):
+                stage = it % STAGES
+                # a fresh barrier counts as having completed the phase before 0: the first pass does not wait
+                mbarrier.wait(kv_empty.index(stage), ((it // STAGES) & 1) ^ 1)
+                mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+                tma_load(k_desc, [tma_b, k_start + start_n, off_hk, 0], k_ready.index(stage), k_smem.index(stage))
+                mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+                tma_load(v_desc, [tma_b, k_start + start_n, off_hk, 0], v_ready.index(stage), v_smem.index(stage))
+                it += 1
+            done += 1
 
 
 @gluon.constexpr_function
@@ -110,12 +149,12 @@ def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_le
 
 
 @gluon.jit
-def _take_turn(turn, it, WG: gl.constexpr, PINGPONG: gl.constexpr):
+def _take_turn(turn, turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
     """Ping-pong: the two consumers issue their matmuls in turns, so that one's softmax runs while the
     other's matmuls hold the tensor cores. Consumer 0 goes first: its first wait is on the phase a
     fresh barrier counts as complete."""
     if PINGPONG:
-        mbarrier.wait(turn.index(WG), (it & 1) ^ (1 - WG))
+        mbarrier.wait(turn.index(WG), (turns & 1) ^ (1 - WG))
 
 
 @gluon.jit
@@ -125,9 +164,9 @@ def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
-def _step(it, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, offs_m, seqlen_q,
-          seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
-          BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, offs_m,
+          seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+          WG: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
           HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr,
           MASKED: gl.constexpr):
     """Key tile `it` (at start_n): S_it = Q K_itᵀ and O += P_{it-1} V_{it-1} in flight together, the
@@ -137,7 +176,7 @@ def _step(it, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_read
     prev = (it - 1) % STAGES
     mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
     mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
-    _take_turn(turn, it, WG, PINGPONG)
+    _take_turn(turn, turns, WG, PINGPONG)
     k_t = k_smem.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
     s_tok = warpgroup_mma(q_tile, k_t, gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
                           is_async=True)
@@ -155,90 +194,125 @@ def _step(it, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_read
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, Out, Lse,
-              stride_om, stride_oh, stride_lse_b, stride_lse_h, off_b, off_h, q_start, start_m, seqlen_q, seqlen_k,
-              n_lo, n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2, softcap_out,
-              alibi_slope, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
-              HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr):
+def _attend(q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, it, turns, offs_m, seqlen_q, seqlen_k, n_lo,
+            n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+            WG: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+            HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+            PINGPONG: gl.constexpr):
+    """One consumer's 64 rows of a work item over key tiles [n_lo, n_hi): (acc, m_i, l_i, it, turns).
+    `it` (the ring slot) and `turns` (ping-pong turns taken) run on across work items."""
     s_layout: gl.constexpr = _wgmma_layout(BLOCK_N)
-    o_layout: gl.constexpr = _wgmma_layout(BLOCK_D)
-    dtype: gl.constexpr = q_smem.dtype
-    row0 = start_m + WG * WG_M
-    q_tile = q_smem.index(WG).reshape([WG_M, BLOCK_D])
-    offs_m = row0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
     m_i = gl.full([WG_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([WG_M], gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([WG_M, BLOCK_D], gl.float32, o_layout)
-    mbarrier.wait(q_bar, 0)
+    acc = gl.zeros([WG_M, BLOCK_D], gl.float32, _wgmma_layout(BLOCK_D))
     if n_hi > n_lo:
         # the first tile alone: its S has no PV to overlap with (masked: it may be cut by anything)
-        mbarrier.wait(k_ready.index(0), 0)
-        _take_turn(turn, 0, WG, PINGPONG)
-        k_t = k_smem.index(0).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
+        stage = it % STAGES
+        mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
+        _take_turn(turn, turns, WG, PINGPONG)
+        k_t = k_smem.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
         s_tok = warpgroup_mma(q_tile, k_t, gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
                               is_async=True)
         _pass_turn(turn, WG, PINGPONG)
         s = warpgroup_mma_wait(0, deps=[s_tok])
         p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-                                softcap_in2, softcap_out, alibi_slope, dtype, BLOCK_N, BLOCK_D, HAS_LEFT,
+                                softcap_in2, softcap_out, alibi_slope, q_tile.dtype, BLOCK_N, BLOCK_D, HAS_LEFT,
                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True)
-        it = 1
+        it += 1
+        turns += 1
         first = n_lo + BLOCK_N
         full_lo = gl.maximum(n_full_lo, first)
         full_hi = gl.maximum(n_full_hi, first)
         if HAS_LEFT:  # tiles cut by the window's left edge
             for start_n in range(first, full_lo, BLOCK_N):
-                acc, m_i, l_i, p = _step(it, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready,
-                                         kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left,
+                acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready,
+                                         v_ready, kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left,
                                          window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D,
                                          STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, True)
                 it += 1
+                turns += 1
         for start_n in range(full_lo, full_hi, BLOCK_N):  # tiles every row sees whole
-            acc, m_i, l_i, p = _step(it, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready,
+            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready,
                                      kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
                                      softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
                                      HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, False)
             it += 1
+            turns += 1
         for start_n in range(full_hi, n_hi, BLOCK_N):  # the diagonal, the window's right edge, the keys' end
-            acc, m_i, l_i, p = _step(it, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready,
+            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready,
                                      kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
                                      softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
                                      HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, True)
             it += 1
+            turns += 1
         # the last PV
         prev = (it - 1) % STAGES
         mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
-        _take_turn(turn, it, WG, PINGPONG)
+        _take_turn(turn, turns, WG, PINGPONG)
         o_tok = warpgroup_mma(p, v_smem.index(prev).reshape([BLOCK_N, BLOCK_D]), acc, is_async=True)
         _pass_turn(turn, WG, PINGPONG)
         acc, p = warpgroup_mma_wait(0, deps=[o_tok, p])
         mbarrier.arrive(kv_empty.index(prev), count=1)
+        turns += 1
+    return acc, m_i, l_i, it, turns
 
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn, o_desc,
+              Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, stride_om, stride_oh, stride_lse_b, stride_lse_h,
+              stride_alibi_b, num_m, num_tiles, nheads, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left,
+              window_right, softcap_in2, softcap_out, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
+              STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr,
+              HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr):
+    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N)
+    o_layout: gl.constexpr = _wgmma_layout(BLOCK_D)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o))
-    rows = row0 + gl.arange(0, WG_M, layout=row_o)
-    lse_base = Lse + off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_start
-    gl.store(lse_base + rows, lse, mask=rows < seqlen_q)
-    if IS_VARLEN:
-        cols = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, o_layout))
-        o_ptrs = (Out + off_h.to(gl.int64) * stride_oh + (q_start + rows).to(gl.int64)[:, None] * stride_om
-                  + cols[None, :])
-        gl.store(o_ptrs, out.to(dtype), mask=(rows[:, None] < seqlen_q) & (cols[None, :] < BLOCK_D))
-    else:
-        # this half's Q stage is free now that its last S retired: stage O there for one TMA store
-        o_stage = q_smem.index(WG)
-        o_stage.reshape([WG_M, BLOCK_D]).store(out.to(dtype))
-        fence_async_shared()
-        tma_store(o_desc, [off_b, row0, off_h, 0], o_stage)
-        tma_store_wait(0)
+    dtype: gl.constexpr = q_smem.dtype
+    q_tile = q_smem.index(WG).reshape([WG_M, BLOCK_D])
+    it = 0
+    turns = 0
+    done = 0
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        off_b, off_h, start_m, q_start, n_rows, _, n_keys, n_lo, n_full_lo, n_full_hi, n_hi = _tile(
+            tile, num_m, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
+            window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+        if start_m < n_rows:
+            alibi_slope = 0.0
+            if HAS_ALIBI:
+                alibi_slope = gl.load(AlibiSlopes + off_b.to(gl.int64) * stride_alibi_b + off_h) * LOG2E
+            row0 = start_m + WG * WG_M
+            offs_m = row0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
+            mbarrier.wait(q_bar, done & 1)
+            acc, m_i, l_i, it, turns = _attend(
+                q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, it, turns, offs_m, n_rows, n_keys, n_lo,
+                n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+                alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG)
+
+            out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o))
+            rows = row0 + gl.arange(0, WG_M, layout=row_o)
+            lse_base = Lse + off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_start
+            gl.store(lse_base + rows, lse, mask=rows < n_rows)
+            if IS_VARLEN:
+                cols = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, o_layout))
+                o_ptrs = (Out + off_h.to(gl.int64) * stride_oh + (q_start + rows).to(gl.int64)[:, None] * stride_om
+                          + cols[None, :])
+                gl.store(o_ptrs, out.to(dtype), mask=(rows[:, None] < n_rows) & (cols[None, :] < BLOCK_D))
+            else:
+                # this half's Q stage is free now that its last S retired: stage O there for one TMA store
+                o_stage = q_smem.index(WG)
+                o_stage.reshape([WG_M, BLOCK_D]).store(out.to(dtype))
+                fence_async_shared()
+                tma_store(o_desc, [off_b, row0, off_h, 0], o_stage)
+                tma_store_wait(0)
+            mbarrier.arrive(q_empty, count=1)
+            done += 1
 
 
 @gluon.jit(do_not_specialize=ROW_COUNTS)
 def attention_fwd_sm90_kernel(
     q_desc, k_desc, v_desc, o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
     stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b,
-    nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
+    batch, nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
     softcap_out,
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
@@ -246,41 +320,27 @@ def attention_fwd_sm90_kernel(
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
-    (1, rows, 1, head_dim) blocks; packed inputs come as (1, total, heads, head_dim) views."""
+    (1, rows, 1, head_dim) blocks; packed inputs come as (1, total, heads, head_dim) views.
+
+    The work items are the (128-row query tile, batch x head) pairs; program i takes items i, i + grid,
+    ... (a persistent grid when the launch is smaller than the work: the producer then loads the next
+    item's tiles while the consumers finish the last one's output)."""
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
-    pid_m = gl.program_id(0)
-    if REVERSE_M:
-        # causal: the longest rows first, so the short ones fill the last wave
-        pid_m = gl.num_programs(0) - 1 - pid_m
-    start_m = pid_m * (2 * WG_M)
-    pid_bh = gl.program_id(1)
-    off_b = pid_bh // nheads
-    off_h = pid_bh % nheads
-    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                                                           total_q, total_k, IS_VARLEN)
-    if start_m >= seqlen_q:
-        return  # a packed sequence shorter than the longest one
-    off_hk = off_h // group
-    if IS_VARLEN:
-        tma_b = 0  # packed inputs are one (1, total, heads, head_dim) view
-    else:
-        tma_b = off_b
-    alibi_slope = 0.0
-    if HAS_ALIBI:
-        alibi_slope = gl.load(AlibiSlopes + off_b.to(gl.int64) * stride_alibi_b + off_h) * LOG2E
-    n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, window_left, window_right,
-                                                           2 * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    num_m = gl.cdiv(seqlen_q, 2 * WG_M)
+    num_tiles = num_m * batch * nheads
 
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_empty, count=2)
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     for i in gl.static_range(STAGES):
@@ -289,21 +349,23 @@ def attention_fwd_sm90_kernel(
         mbarrier.init(kv_empty.index(i), count=2)
 
     gl.warp_specialize([
-        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, tma_b,
-                     q_start + start_m, off_h, k_start, off_hk, n_lo, n_hi, BLOCK_N, STAGES)),
-        (_consumer, (0, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, Out, Lse,
-                     stride_om, stride_oh, stride_lse_b, stride_lse_h, off_b, off_h, q_start, start_m, seqlen_q,
-                     seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2,
-                     softcap_out, alibi_slope, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
-                     HAS_SOFTCAP, HAS_ALIBI, PINGPONG)),
-        (_consumer, (1, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, kv_empty, turn, o_desc, Out, Lse,
-                     stride_om, stride_oh, stride_lse_b, stride_lse_h, off_b, off_h, q_start, start_m, seqlen_q,
-                     seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2,
-                     softcap_out, alibi_slope, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
-                     HAS_SOFTCAP, HAS_ALIBI, PINGPONG)),
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
+                     CuSeqlensQ, CuSeqlensK, num_m, num_tiles, nheads, group, seqlen_q, seqlen_k, total_q, total_k,
+                     window_left, window_right, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)),
+        (_consumer, (0, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn, o_desc, Out, Lse,
+                     CuSeqlensQ, CuSeqlensK, AlibiSlopes, stride_om, stride_oh, stride_lse_b, stride_lse_h,
+                     stride_alibi_b, num_m, num_tiles, nheads, seqlen_q, seqlen_k, total_q, total_k, qk_scale,
+                     window_left, window_right, softcap_in2, softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
+                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG)),
+        (_consumer, (1, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn, o_desc, Out, Lse,
+                     CuSeqlensQ, CuSeqlensK, AlibiSlopes, stride_om, stride_oh, stride_lse_b, stride_lse_h,
+                     stride_alibi_b, num_m, num_tiles, nheads, seqlen_q, seqlen_k, total_q, total_k, qk_scale,
+                     window_left, window_right, softcap_in2, softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
+                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(q_bar)
+    mbarrier.invalidate(q_empty)
     mbarrier.invalidate(turn.index(0))
     mbarrier.invalidate(turn.index(1))
     for i in gl.static_range(STAGES):
@@ -348,6 +410,10 @@ class Sm90ForwardPlan:
         varlen = opts.varlen
         tuning = {**CONFIGS[head_dim], **(tuning or {})}
         block_n = tuning["BLOCK_N"]
+        num_tiles = cdiv(seqlen_q, BLOCK_M) * batch * nheads
+        if tuning.pop("PERSISTENT") and opts.window_right < 0:
+            # one program per SM (the shared memory allows no second), each looping over work items
+            num_tiles = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
         self.backward_plans: dict = {}
         self.dtype, self.device, self.out_shape = q.dtype, q.device, q.shape
         self.lse_shape = (nheads, q.shape[0]) if varlen else (batch, nheads, seqlen_q)
@@ -358,11 +424,11 @@ class Sm90ForwardPlan:
         self.kv_layout = shared_layout(self.kv_block, q.dtype)
         lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"), varlen)
         _, stride_om, stride_oh = row_strides(torch.empty(self.out_shape, device="meta"), varlen)
-        named = dict(nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+        named = dict(batch=batch, nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                      total_q=q.shape[0], total_k=k.shape[0], **opts.kernel_args())
         del named["dropout_p"], named["HAS_DROPOUT"]
         self.attend = Launch(
-            attention_fwd_sm90_kernel, (cdiv(seqlen_q, BLOCK_M), batch * nheads, 1),
+            attention_fwd_sm90_kernel, (max(num_tiles, 1), 1, 1),
             (stride_om, stride_oh, lse_sb, lse_sh),
             dict(named, REVERSE_M=named["HAS_RIGHT"], **tuning),
             num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG))
@@ -415,6 +481,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
     constants = dict(CONFIGS[head_dim], HAS_LEFT=False, HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False,
                      HAS_ALIBI=False, REVERSE_M=False)
     constants.update(flags)
+    del constants["PERSISTENT"]  # a launch-grid choice, not a kernel flag
     names = attention_fwd_sm90_kernel.arg_names
     signature = {n: "constexpr" if n in constants else types.get(n, "i32") for n in names}
     source = GluonASTSource(attention_fwd_sm90_kernel, signature,
