@@ -133,6 +133,7 @@ def test_calls_gluon_cannot_run_fall_back_with_a_reason(gluon_backend):
     q256 = randn(1, 64, 2, 256, dtype=torch.bfloat16)
     assert attention_backend(q256, q256, q256)[0] == "triton"
     assert attention_backend(q, q, q) == ("gluon-sm90", None)
+    assert attention_backend(q, q, q, softcap=30.0)[0] == "triton"
 
 
 STRESS = [

@@ -6,7 +6,7 @@ kernels (FlashAttention-4's `can_implement` pattern).
   causal, windows, GQA/MQA, softcap, ALiBi and packed variable-length batches included.
 
 FLASHATTN2_BACKEND (read at import; set_backend() changes it) picks: "auto" (the default: Gluon
-where it can run the call and was measured faster, that is head dim 128), "gluon" (Gluon
+where it can run the call and was measured faster: head dim 128 without softcap), "gluon" (Gluon
 wherever it can run the call) or "triton" (never Gluon: the way out for a user who hits a problem
 in the Gluon kernels). Calls that Gluon cannot run always take
 the Triton kernels; forward_backend() says which a call takes and why. Both forwards write the same
@@ -66,8 +66,8 @@ def forward_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: Att
         return "triton", "this Triton has no Gluon"
     sm90 = _gluon_forward()
     reason = sm90.can_implement(q, k, v, opts, return_probs)
-    if reason is None and _choice == "auto" and q.shape[-1] not in sm90.AUTO_HEAD_DIMS:
-        reason = f"head dim {q.shape[-1]}: the Triton forward is as fast (FLASHATTN2_BACKEND=gluon takes Gluon)"
+    if reason is None and _choice == "auto":
+        reason = sm90.auto_declines(q, opts)
     return ("triton", reason) if reason else ("gluon-sm90", None)
 
 

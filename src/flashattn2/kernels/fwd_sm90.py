@@ -55,6 +55,16 @@ CONFIGS = {
 }
 # where "auto" takes this kernel: at head dims 64 and 256 the Triton forward is as fast (NOTES.md)
 AUTO_HEAD_DIMS = (128,)
+
+
+def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
+    """Why "auto" keeps a call this kernel can run on the Triton forward (measured as fast or faster)."""
+    if q.shape[-1] not in AUTO_HEAD_DIMS:
+        return f"head dim {q.shape[-1]}: the Triton forward is as fast"
+    if opts.softcap > 0.0:
+        # its second exp2 and division per score cost this kernel more (0.82-0.87 -> 0.90 ms, NOTES.md)
+        return "softcap: the Triton forward is faster"
+    return None
 # registers: the launch cap, and the consumers' share after setmaxnreg (the producer gives its up)
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(232)
