@@ -34,6 +34,11 @@ VARIANTS = [
     (256, torch.float16, {"HAS_ALIBI": True, "HAS_RIGHT": True}),
     # every score option at once: compiles, but spills a few registers (benchmarks/NOTES.md)
     (128, torch.bfloat16, {"HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True, "MAY_SPILL": True}),
+    # the dK/dV kernel (bwd_sm90.py)
+    (128, torch.bfloat16, {"BWD": True}),
+    (128, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True, "MAY_SPILL": True}),
+    (128, torch.bfloat16, {"BWD": True, "HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True,
+                           "MAY_SPILL": True}),
 ]
 
 
@@ -48,9 +53,11 @@ def _ptxas_report(ptxas: str, ptx_path: str, tmp_path) -> str:
 _COMPILE = """
 import sys, torch
 from triton.backends.nvidia.compiler import get_ptxas
-from flashattn2.kernels.fwd_sm90 import compile_for_sm90
+from flashattn2.kernels import bwd_sm90, fwd_sm90
 out, head_dim, dtype, flags = sys.argv[1], int(sys.argv[2]), getattr(torch, sys.argv[3]), sys.argv[4:]
-open(out, "w").write(compile_for_sm90(head_dim, dtype, **dict.fromkeys(flags, True)).asm["ptx"])
+module = bwd_sm90 if "BWD" in flags else fwd_sm90
+flags = [f for f in flags if f != "BWD"]
+open(out, "w").write(module.compile_for_sm90(head_dim, dtype, **dict.fromkeys(flags, True)).asm["ptx"])
 sys.stdout.write(get_ptxas(90).path)
 """
 
@@ -87,12 +94,14 @@ def test_gluon_variant_compiles_for_sm90(head_dim, dtype, flags, tmp_path):
 
 def test_backend_choice_off_hopper_and_override():
     q = randn(1, 64, 2, 128, dtype=torch.bfloat16)
-    backend, reason = attention_backend(q, q, q, causal=True)
+    choice = attention_backend(q, q, q, causal=True)
     on_hopper = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
-    assert (backend == "gluon-sm90") == on_hopper, reason
+    assert (choice.forward == "gluon-sm90") == on_hopper, choice.reason
+    assert (choice.backward == "gluon-sm90") == on_hopper, choice.reason
     try:
         flashattn2.set_backend("triton")
-        assert attention_backend(q, q, q) == ("triton", "FLASHATTN2_BACKEND=triton")
+        assert attention_backend(q, q, q) == ("triton", "triton", "forward: FLASHATTN2_BACKEND=triton; "
+                                              "backward: FLASHATTN2_BACKEND=triton")
     finally:
         flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
     with pytest.raises(ValueError, match="FLASHATTN2_BACKEND must be one of"):
@@ -121,18 +130,20 @@ def gluon_backend(request, monkeypatch):
 @hopper
 def test_calls_gluon_cannot_run_fall_back_with_a_reason(gluon_backend):
     q = randn(1, 64, 2, 128, dtype=torch.bfloat16)
-    assert attention_backend(q, q, q, dropout_p=0.1)[0] == "triton"
+    assert attention_backend(q, q, q, dropout_p=0.1)[:2] == ("triton", "triton")
     q96 = randn(1, 64, 2, 96, dtype=torch.bfloat16)
-    assert attention_backend(q96, q96, q96) == ("triton", "head dim 96 (the Gluon kernel has [64, 128, 256])")
+    assert attention_backend(q96, q96, q96).reason == (
+        "forward: head dim 96 (the Gluon kernel has [64, 128, 256]); "
+        "backward: head dim 96 (the Gluon backward has [128])")
     odd = randn(1, 64, 3, 129, dtype=torch.bfloat16)[..., :128]  # row strides not 16-byte aligned
-    assert "TMA" in attention_backend(odd, odd, odd)[1]
+    assert "TMA" in attention_backend(odd, odd, odd).reason
     q64 = randn(1, 64, 2, 64, dtype=torch.bfloat16)
-    assert attention_backend(q64, q64, q64) == ("gluon-sm90", None)
+    assert attention_backend(q64, q64, q64)[0] == "gluon-sm90"
     flashattn2.set_backend("auto")
     assert attention_backend(q64, q64, q64)[0] == "triton"
     q256 = randn(1, 64, 2, 256, dtype=torch.bfloat16)
     assert attention_backend(q256, q256, q256)[0] == "triton"
-    assert attention_backend(q, q, q) == ("gluon-sm90", None)
+    assert attention_backend(q, q, q) == ("gluon-sm90", "gluon-sm90", None)
     assert attention_backend(q, q, q, softcap=30.0)[0] == "triton"
 
 
@@ -165,7 +176,7 @@ def test_gluon_forward_stress(dtype, shape, gluon_backend):
     v = randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
     if options.pop("alibi", False):
         options["alibi_slopes"] = torch.rand(batch, nheads, device="cuda") * 0.3
-    assert attention_backend(q, k, v, **options) == ("gluon-sm90", None)
+    assert attention_backend(q, k, v, **options).forward == "gluon-sm90"
     out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
     ref_kwargs = {key: options[key] for key in ("causal", "softmax_scale") if key in options}
     extra = {key: options[key] for key in ("window_size", "softcap", "alibi_slopes") if key in options}
@@ -203,3 +214,70 @@ def test_gluon_forward_100_calls_bitwise_equal_and_close_to_triton(gluon_backend
     ref, ref_lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
     assert (out.float() - ref.float()).abs().max() < 2e-2
     assert (lse - ref_lse).abs().max() < 1e-3
+
+
+BWD_STRESS = [
+    # batch, seqlen_q, seqlen_k, nheads, nheads_k, options
+    (2, 128, 128, 2, 2, {}),
+    (1, 1, 1, 1, 1, {}),
+    (3, 65, 257, 4, 1, {"causal": True}),
+    (2, 300, 77, 4, 2, {"causal": True}),
+    (1, 1000, 1000, 2, 2, {"causal": True}),
+    (2, 513, 1031, 6, 3, {"window_size": (100, 30)}),
+    (2, 191, 383, 2, 2, {"softcap": 20.0}),
+    (2, 250, 250, 4, 4, {"alibi": True, "causal": True}),
+    (1, 4000, 129, 2, 2, {"causal": True, "window_size": (64, -1)}),
+]
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", BWD_STRESS, ids=lambda s: "x".join(map(str, s[:5])) + "-" + "-".join(s[5]))
+def test_gluon_backward_stress(dtype, shape, gluon_backend):
+    batch, seqlen_q, seqlen_k, nheads, nheads_k, options = shape
+    options = dict(options)
+    torch.manual_seed(seqlen_q * 17 + seqlen_k)
+    q = randn(batch, seqlen_q, nheads, 128, dtype=dtype, requires_grad=True)
+    k = randn(batch, seqlen_k, nheads_k, 128, dtype=dtype, requires_grad=True)
+    v = randn(batch, seqlen_k, nheads_k, 128, dtype=dtype, requires_grad=True)
+    if options.pop("alibi", False):
+        options["alibi_slopes"] = torch.rand(batch, nheads, device="cuda") * 0.3
+    assert attention_backend(q, k, v, **options).backward == "gluon-sm90"
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
+    dout = randn(*out.shape, dtype=dtype)
+    out.backward(dout)
+    ref_kwargs = {key: options[key] for key in ("causal", "softmax_scale") if key in options}
+    extra = {key: options[key] for key in ("window_size", "softcap", "alibi_slopes") if key in options}
+    check_attention(q, k, v, out, lse, (q.grad, k.grad, v.grad), dout, **ref_kwargs, **extra)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("causal", [False, True])
+def test_gluon_varlen_backward(causal, gluon_backend):
+    torch.manual_seed(7)
+    lens_q, lens_k = [1, 300, 129, 64, 0, 517], [5, 250, 129, 700, 3, 517]
+    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    q = randn(sum(lens_q), 4, 128, dtype=torch.bfloat16, requires_grad=True)
+    k = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16, requires_grad=True)
+    v = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16, requires_grad=True)
+    out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                         return_attn_probs=True)
+    dout = randn(*out.shape, dtype=torch.bfloat16)
+    out.backward(dout)
+    check_varlen(q, k, v, out, lse, (q.grad, k.grad, v.grad), dout, cu_q, cu_k, causal=causal)
+
+
+@pytest.mark.gpu
+@hopper
+def test_gluon_backward_100_calls_bitwise_equal(gluon_backend):
+    from helpers import assert_bitwise_repeatable
+
+    torch.manual_seed(11)
+    q = randn(2, 1537, 8, 128, dtype=torch.bfloat16, requires_grad=True)
+    k = randn(2, 1537, 2, 128, dtype=torch.bfloat16, requires_grad=True)
+    v = randn(2, 1537, 2, 128, dtype=torch.bfloat16, requires_grad=True)
+    dout = randn(2, 1537, 8, 128, dtype=torch.bfloat16)
+    assert_bitwise_repeatable(lambda q, k, v: flash_attn_func(q, k, v, causal=True), q, k, v, dout, times=100)

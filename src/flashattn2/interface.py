@@ -6,6 +6,7 @@ the values of cu_seqlens are checked on the GPU (kernels/cu_seqlens.py).
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -465,6 +466,14 @@ def set_backend(name: str) -> None:
     _seen.clear()
 
 
+class BackendChoice(NamedTuple):
+    """What attention_backend() says: the kernels of each half, and why a half is not on Gluon."""
+
+    forward: str  # "gluon-sm90" or "triton"
+    backward: str  # "gluon-sm90" (dK/dV; dQ from the Triton dQ kernel) or "triton"
+    reason: str | None  # why not Gluon, forward then backward; None when both are
+
+
 def attention_backend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -476,10 +485,12 @@ def attention_backend(
     softcap: float = 0.0,
     alibi_slopes: torch.Tensor | None = None,
     return_attn_probs: bool = False,
-) -> tuple[str, str | None]:
-    """Which kernels flash_attn_func(q, k, v, ...) with these arguments runs its forward on:
-    ("gluon-sm90", None), or ("triton", why not Gluon). The backward always runs on the Triton kernels.
-    Packed (varlen) calls follow the same rules."""
+) -> BackendChoice:
+    """Which kernels flash_attn_func(q, k, v, ...) with these arguments runs on, forward and backward
+    (the backward's gradient assumed laid out like q). Packed (varlen) calls follow the same rules."""
     opts = _options(q, None, None, q.shape[1], k.shape[1], dropout_p, softmax_scale, causal, window_size, softcap,
                     alibi_slopes, False)
-    return backends.forward_backend(q, k, v, opts, bool(return_attn_probs and opts.dropout_p > 0))
+    fwd, fwd_why = backends.forward_backend(q, k, v, opts, bool(return_attn_probs and opts.dropout_p > 0))
+    bwd, bwd_why = backends.backward_backend(q, q, k, v, opts)
+    reasons = [f"{half}: {why}" for half, why in (("forward", fwd_why), ("backward", bwd_why)) if why]
+    return BackendChoice(fwd, bwd, "; ".join(reasons) or None)

@@ -32,6 +32,13 @@ def _checked(name: str) -> str:
 
 _choice = _checked(os.environ.get("FLASHATTN2_BACKEND", "auto"))
 _sm90 = None
+_bwd_sm90 = None
+# plan caches that depend on the choice (backward.py adds its own: it imports this module, not the reverse)
+_caches: list[dict] = [forward._plans]
+
+
+def register_cache(cache: dict) -> None:
+    _caches.append(cache)
 
 
 def _gluon_forward():
@@ -48,7 +55,8 @@ def set_backend(name: str) -> None:
     """Switch the backend for the calls that follow (plans made before are dropped)."""
     global _choice
     _choice = _checked(name)
-    forward._plans.clear()
+    for cache in _caches:
+        cache.clear()
     if _sm90 is not None:
         _sm90._plans.clear()
 
@@ -77,3 +85,34 @@ def forward_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOp
     if config is None and forward_backend(q, k, v, opts, return_probs)[0] == "gluon-sm90":
         return _sm90.forward_plan(q, k, v, opts)
     return forward.forward_plan(q, k, v, opts, return_probs, config)
+
+
+def _gluon_backward():
+    global _bwd_sm90
+    if _bwd_sm90 is None:
+        from . import bwd_sm90
+
+        _bwd_sm90 = bwd_sm90
+    return _bwd_sm90
+
+
+def backward_backend(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     opts: AttnOptions) -> tuple[str, str | None]:
+    """(backend of the dK/dV kernel, why not Gluon or None); dQ always comes from the Triton dQ kernel."""
+    if _choice == "triton":
+        return "triton", "FLASHATTN2_BACKEND=triton"
+    if not GLUON_AVAILABLE:
+        return "triton", "this Triton has no Gluon"
+    sm90 = _gluon_backward()
+    reason = sm90.can_implement(dout, q, k, v, opts)
+    if reason is None and _choice == "auto":
+        reason = sm90.auto_declines(q, opts)
+    return ("triton", reason) if reason else ("gluon-sm90", None)
+
+
+def backward_dkdv(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
+                  opts: AttnOptions):
+    """The Gluon dK/dV launch for this backward call, or None where the Triton kernel computes them."""
+    if backward_backend(dout, q, k, v, opts)[0] != "gluon-sm90":
+        return None
+    return _bwd_sm90.Sm90DkDv(dout, q, k, v, lse, opts)

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import backends, common
 from .block_range import kv_range_for_q_tile, q_range_for_kv_tile
 from .common import INTERPRET, LOG2E, cdiv, load_rows, mma, padded_head_dim, round_to, store_rows
 from .configs import BwdConfig, bwd_config
@@ -347,7 +347,9 @@ class BackwardPlan:
             return
         block_d = padded_head_dim(head_dim)
         cfg = config or bwd_config(block_d, opts.causal, q.device)
-        self.atomic_dq = atomic_dq = cfg.atomic_dq and not opts.deterministic
+        # dK and dV from the Hopper Gluon kernel where backends.py picks it; dQ then from the dQ kernel
+        self.gluon_dkdv = None if config is not None else backends.backward_dkdv(dout, q, k, v, lse, opts)
+        self.atomic_dq = atomic_dq = cfg.atomic_dq and not opts.deterministic and self.gluon_dkdv is None
         varlen = opts.varlen
         lse_sb, lse_sh = lse_strides(lse, varlen)
         total_q, total_k = q.shape[0], k.shape[0]
@@ -399,8 +401,11 @@ class BackwardPlan:
         pointers = opts.tensors()
         q_src, do_src = (q, dout) if self.q_tiles is None else (row_tiles(q, *self.q_tiles),
                                                                 row_tiles(dout, *self.q_tiles))
-        dq_dst = dq if self.dq_tiles is None else row_tiles(dq, *self.dq_tiles)
-        self.dkdv(q_src, k, v, do_src, lse, delta, dq_dst, dk, dv, *pointers)
+        if self.gluon_dkdv is not None:
+            self.gluon_dkdv(dout, q, k, v, lse, delta, dk, dv, opts)
+        else:
+            dq_dst = dq if self.dq_tiles is None else row_tiles(dq, *self.dq_tiles)
+            self.dkdv(q_src, k, v, do_src, lse, delta, dq_dst, dk, dv, *pointers)
         if self.atomic_dq:
             return dq.to(q.dtype), dk, dv
         k_src, v_src = (k, v) if self.kv_tiles is None else (row_tiles(k, *self.kv_tiles),
@@ -410,6 +415,7 @@ class BackwardPlan:
 
 
 _plans = PlanCache()
+backends.register_cache(_plans)
 
 
 def backward_plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,

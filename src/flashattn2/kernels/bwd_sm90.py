@@ -1,0 +1,311 @@
+"""Hopper (sm_90) dK/dV kernel in Gluon, in FlashAttention-3's structure; dQ comes from the portable
+dQ kernel (backward.py), the separate pass that beat atomics on Hopper in the Triton sweeps.
+
+One program per 128-key tile of one (batch, kv head), in three warp partitions:
+- a producer (the default partition) loads the two 64-key halves of K and V once, then streams
+  (Q, dO) tiles of 64 query rows, for every query head of the GQA group, through a ring of STAGES
+  shared-memory stages (q_ready / do_ready expect-tx barriers, a count-2 empty barrier);
+- two consumer warpgroups, one per 64-key half, on transposed scores (keys x queries), so that Pᵀ and
+  dSᵀ come out of the S and dP matmuls in the accumulator layout and feed the dV += Pᵀ dO and
+  dK += dSᵀ Q matmuls from registers. dK and dV stay in registers for the whole program.
+"""
+
+import torch
+
+from . import common
+from .block_range import q_range_for_kv_tile
+from .common import LOG2E, capability, cdiv
+from .fwd_sm90 import WG_M, _p_layout, _wgmma_layout
+from .gluon_api import (
+    TensorDescriptor,
+    gl,
+    gluon,
+    mbarrier,
+    shared_layout,
+    tma_load,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from .launch import Launch
+from .mask import score_mask
+from .params import AttnOptions, lse_strides, problem_dims, row_strides
+from .scores import transformed_scores
+from .seqlen_info import ROW_COUNTS, sequence_bounds
+from .tma import tma_usable
+
+BLOCK_N = 2 * 64  # keys per program: two consumer warpgroups
+CONFIGS = {128: dict(BLOCK_M=32, STAGES=3)}
+MAXNREG = 168
+CONSUMER_REGS = gl.constexpr(240)
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, kv_bar, q_ready, do_ready, empty,
+              tma_b, q_row0, k_row, off_hk, group, m_lo, m_hi, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+    mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
+    tma_load(k_desc, [tma_b, k_row, off_hk, 0], kv_bar, k_smem.index(0))
+    tma_load(k_desc, [tma_b, k_row + WG_M, off_hk, 0], kv_bar, k_smem.index(1))
+    tma_load(v_desc, [tma_b, k_row, off_hk, 0], kv_bar, v_smem.index(0))
+    tma_load(v_desc, [tma_b, k_row + WG_M, off_hk, 0], kv_bar, v_smem.index(1))
+    it = 0
+    for g in range(0, group):
+        off_h = off_hk * group + g
+        for start_m in range(m_lo, m_hi, BLOCK_M):
+            stage = it % STAGES
+            mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
+            mbarrier.expect(q_ready.index(stage), q_desc.block_type.nbytes)
+            tma_load(q_desc, [tma_b, q_row0 + start_m, off_h, 0], q_ready.index(stage), q_smem.index(stage))
+            mbarrier.expect(do_ready.index(stage), do_desc.block_type.nbytes)
+            tma_load(do_desc, [tma_b, q_row0 + start_m, off_h, 0], do_ready.index(stage), do_smem.index(stage))
+            it += 1
+
+
+@gluon.jit
+def _step(it, start_m, dk, dv, k_tile, v_tile, q_smem, do_smem, q_ready, do_ready, empty, lse_base, delta_base,
+          offs_n, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+          BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr):
+    """One (Q, dO) tile into this warpgroup's dK, dV: the contract of backward._dkdv_from_q_tiles."""
+    s_layout: gl.constexpr = _wgmma_layout(BLOCK_M)
+    stage = it % STAGES
+    phase = (it // STAGES) & 1
+    q_tile = q_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
+    do_tile = do_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
+    mbarrier.wait(q_ready.index(stage), phase)
+    st_tok = warpgroup_mma(k_tile, q_tile.permute([1, 0]), gl.zeros([WG_M, BLOCK_M], gl.float32, s_layout),
+                           use_acc=False, is_async=True)
+    mbarrier.wait(do_ready.index(stage), phase)
+    dpt_tok = warpgroup_mma(v_tile, do_tile.permute([1, 0]), gl.zeros([WG_M, BLOCK_M], gl.float32, s_layout),
+                            use_acc=False, is_async=True)
+    offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    # rows past seqlen_q read lse = +inf, which makes their probabilities exactly 0
+    lse = gl.load(lse_base + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
+    delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+    st = warpgroup_mma_wait(1, deps=[st_tok])
+    if HAS_SOFTCAP or HAS_ALIBI:
+        st, tanht = transformed_scores(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
+                                       softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
+        scale_log2 = 1.0
+    else:
+        scale_log2 = qk_scale
+    if MASKED:
+        visible = score_mask(offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, window_left, window_right,
+                             HAS_LEFT, HAS_RIGHT)
+        st = gl.where(visible, st, float("-inf"))
+    pt = gl.exp2(st * scale_log2 - lse[None, :])
+    pt_op = gl.convert_layout(pt.to(q_tile.dtype), _p_layout(BLOCK_D))
+    dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
+    dpt = warpgroup_mma_wait(1, deps=[dpt_tok])
+    dst = pt * (dpt - delta[None, :])
+    if HAS_SOFTCAP:
+        dst = dst * (1.0 - tanht * tanht)
+    dst_op = gl.convert_layout(dst.to(q_tile.dtype), _p_layout(BLOCK_D))
+    dk_tok = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
+    dv, dk, pt_op, dst_op = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, pt_op, dst_op])
+    mbarrier.arrive(empty.index(stage), count=1)
+    return dk, dv
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, kv_bar, q_ready, do_ready, empty, dK, dV, Lse,
+              Delta, AlibiSlopes, stride_dkn, stride_dkh, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
+              stride_alibi_b, off_b, off_hk, group, q_start, k_start, start_n, seqlen_q, seqlen_k, m_lo, m_full_lo,
+              m_full_hi, m_hi, qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out,
+              BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+              HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr):
+    o_layout: gl.constexpr = _wgmma_layout(BLOCK_D)
+    s_layout: gl.constexpr = _wgmma_layout(BLOCK_M)
+    k_tile = k_smem.index(WG).reshape([WG_M, BLOCK_D])
+    v_tile = v_smem.index(WG).reshape([WG_M, BLOCK_D])
+    key0 = start_n + WG * WG_M
+    offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
+    dk = gl.zeros([WG_M, BLOCK_D], gl.float32, o_layout)
+    dv = gl.zeros([WG_M, BLOCK_D], gl.float32, o_layout)
+    mbarrier.wait(kv_bar, 0)
+    it = 0
+    for g in range(0, group):
+        off_h = off_hk * group + g
+        row_off = off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_start
+        alibi_slope = 0.0
+        if HAS_ALIBI:
+            alibi_slope = gl.load(AlibiSlopes + off_b.to(gl.int64) * stride_alibi_b + off_h) * LOG2E
+        # query tiles the diagonal (window's right edge) or a sequence end crosses, tiles that see the
+        # whole key tile, then tiles cut by the window's left edge
+        for start_m in range(m_lo, m_full_lo, BLOCK_M):
+            dk, dv = _step(it, start_m, dk, dv, k_tile, v_tile, q_smem, do_smem, q_ready, do_ready, empty,
+                           Lse + row_off, Delta + row_off, offs_n, seqlen_q, seqlen_k, qk_scale, window_left,
+                           window_right, softcap_in2, softcap_out, alibi_slope, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
+                           HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True)
+            it += 1
+        for start_m in range(m_full_lo, m_full_hi, BLOCK_M):
+            dk, dv = _step(it, start_m, dk, dv, k_tile, v_tile, q_smem, do_smem, q_ready, do_ready, empty,
+                           Lse + row_off, Delta + row_off, offs_n, seqlen_q, seqlen_k, qk_scale, window_left,
+                           window_right, softcap_in2, softcap_out, alibi_slope, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
+                           HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False)
+            it += 1
+        for start_m in range(m_full_hi, m_hi, BLOCK_M):
+            dk, dv = _step(it, start_m, dk, dv, k_tile, v_tile, q_smem, do_smem, q_ready, do_ready, empty,
+                           Lse + row_off, Delta + row_off, offs_n, seqlen_q, seqlen_k, qk_scale, window_left,
+                           window_right, softcap_in2, softcap_out, alibi_slope, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
+                           HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True)
+            it += 1
+    # dK = scale * dSᵀ Q: the softmax scale is applied once, here
+    rows = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, o_layout))
+    cols = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, o_layout))
+    mask = (rows[:, None] < seqlen_k) & (cols[None, :] < BLOCK_D)
+    rows64 = (k_start + rows).to(gl.int64)[:, None]
+    dk_ptrs = dK + off_hk.to(gl.int64) * stride_dkh + rows64 * stride_dkn + cols[None, :]
+    gl.store(dk_ptrs, (dk * softmax_scale).to(dK.dtype.element_ty), mask=mask)
+    dv_ptrs = dV + off_hk.to(gl.int64) * stride_dvh + rows64 * stride_dvn + cols[None, :]
+    gl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=mask)
+
+
+@gluon.jit(do_not_specialize=ROW_COUNTS)
+def attention_bwd_dkdv_sm90_kernel(
+    q_desc, k_desc, v_desc, do_desc, Lse, Delta, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
+    stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
+    stride_alibi_b, nheads, nheads_k, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left,
+    window_right, softcap_in2, softcap_out,
+    BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+    IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+):
+    """dK and dV for one 128-key tile of one kv head, summed over its query heads (GQA): the contract of
+    backward.attention_bwd_dkdv_kernel without dropout and without dQ. Descriptors as in fwd_sm90."""
+    BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
+    dtype: gl.constexpr = q_desc.dtype
+    start_n = gl.program_id(0) * (2 * WG_M)
+    pid_bhk = gl.program_id(1)
+    off_b = pid_bhk // nheads_k
+    off_hk = pid_bhk % nheads_k
+    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
+                                                           total_q, total_k, IS_VARLEN)
+    if start_n >= seqlen_k:
+        return
+    group = nheads // nheads_k
+    if IS_VARLEN:
+        tma_b = 0
+    else:
+        tma_b = off_b
+    m_lo, m_full_lo, m_full_hi, m_hi = q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, window_left, window_right,
+                                                           BLOCK_M, 2 * WG_M, HAS_LEFT, HAS_RIGHT)
+    dk_base = dK + off_b.to(gl.int64) * stride_dkb
+    dv_base = dV + off_b.to(gl.int64) * stride_dvb
+
+    k_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], do_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(do_ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+
+    gl.warp_specialize([
+        (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, kv_bar, q_ready, do_ready,
+                     empty, tma_b, q_start, k_start + start_n, off_hk, group, m_lo, m_hi, BLOCK_M, STAGES)),
+        (_consumer, (0, k_smem, v_smem, q_smem, do_smem, kv_bar, q_ready, do_ready, empty, dk_base, dv_base, Lse,
+                     Delta, AlibiSlopes, stride_dkn, stride_dkh, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
+                     stride_alibi_b, off_b, off_hk, group, q_start, k_start, start_n, seqlen_q, seqlen_k, m_lo,
+                     m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale, window_left, window_right, softcap_in2,
+                     softcap_out, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI)),
+        (_consumer, (1, k_smem, v_smem, q_smem, do_smem, kv_bar, q_ready, do_ready, empty, dk_base, dv_base, Lse,
+                     Delta, AlibiSlopes, stride_dkn, stride_dkh, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
+                     stride_alibi_b, off_b, off_hk, group, q_start, k_start, start_n, seqlen_q, seqlen_k, m_lo,
+                     m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale, window_left, window_right, softcap_in2,
+                     softcap_out, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI)),
+    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+
+    mbarrier.invalidate(kv_bar)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(q_ready.index(i))
+        mbarrier.invalidate(do_ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+
+
+def can_implement(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  opts: AttnOptions) -> str | None:
+    """None when this kernel computes the call's dK and dV, else what keeps them on the Triton kernel."""
+    if common.INTERPRET:
+        return "the Triton interpreter cannot run Gluon"
+    if not q.is_cuda or capability(q.get_device()) != (9, 0):
+        return "not an sm_90 (Hopper) GPU"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"dtype {q.dtype}"
+    if q.shape[-1] not in CONFIGS:
+        return f"head dim {q.shape[-1]} (the Gluon backward has {sorted(CONFIGS)})"
+    if opts.dropout_p > 0.0:
+        return "dropout"
+    if not tma_usable(q, k, v, dout):
+        return "a stride or base address that TMA cannot read (16-byte alignment, unit last stride)"
+    return None
+
+
+def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
+    """Why "auto" keeps a call this kernel can run on the Triton dK/dV kernel."""
+    return None
+
+
+def _as_rows(x: torch.Tensor, varlen: bool) -> torch.Tensor:
+    return x.unsqueeze(0) if varlen else x
+
+
+class Sm90DkDv:
+    """The dK/dV launch of a backward plan (backward.py) on the Gluon kernel."""
+
+    def __init__(self, dout, q, k, v, lse, opts: AttnOptions) -> None:
+        batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
+        tuning = CONFIGS[head_dim]
+        self.varlen = opts.varlen
+        self.q_block = [1, tuning["BLOCK_M"], 1, head_dim]
+        self.kv_block = [1, WG_M, 1, head_dim]
+        self.q_layout = shared_layout(self.q_block, q.dtype)
+        self.kv_layout = shared_layout(self.kv_block, q.dtype)
+        lse_sb, lse_sh = lse_strides(lse, opts.varlen)
+        grads = [row_strides(torch.empty(x.shape, device="meta"), opts.varlen) for x in (k, v)]
+        named = dict(nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
+                     total_k=k.shape[0], softmax_scale=opts.softmax_scale, **opts.kernel_args(), **tuning)
+        del named["dropout_p"], named["HAS_DROPOUT"]
+        self.launch = Launch(attention_bwd_dkdv_sm90_kernel, (cdiv(seqlen_k, BLOCK_N), batch * nheads_k, 1),
+                             (*grads[0], *grads[1], lse_sb, lse_sh), named, num_warps=4, num_stages=1,
+                             options=dict(maxnreg=MAXNREG))
+
+    def _desc(self, x, block, layout):
+        x = _as_rows(x, self.varlen)
+        return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
+
+    def __call__(self, dout, q, k, v, lse, delta, dk, dv, opts: AttnOptions) -> None:
+        cu_q, cu_k, alibi, _ = opts.tensors()
+        self.launch(self._desc(q, self.q_block, self.q_layout), self._desc(k, self.kv_block, self.kv_layout),
+                    self._desc(v, self.kv_block, self.kv_layout), self._desc(dout, self.q_block, self.q_layout),
+                    lse, delta, dk, dv, cu_q, cu_k, alibi)
+
+
+def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
+    """fwd_sm90.compile_for_sm90 for this kernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    type_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+    tuning = CONFIGS[head_dim]
+
+    def desc(rows):
+        layout = shared_layout([1, rows, 1, head_dim], dtype)
+        return f"tensordesc<{type_name}[1,{rows},1,{head_dim}],{layout!r}>"
+
+    block_m = tuning["BLOCK_M"]
+    types = dict(q_desc=desc(block_m), k_desc=desc(64), v_desc=desc(64), do_desc=desc(block_m), Lse="*fp32",
+                 Delta="*fp32", dK=f"*{type_name}", dV=f"*{type_name}", CuSeqlensQ="*i32", CuSeqlensK="*i32",
+                 AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
+    constants = dict(tuning, HAS_LEFT=False, HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False)
+    constants.update(flags)
+    names = attention_bwd_dkdv_sm90_kernel.arg_names
+    signature = {n: "constexpr" if n in constants else types.get(n, "i32") for n in names}
+    source = GluonASTSource(attention_bwd_dkdv_sm90_kernel, signature,
+                            {(names.index(n),): value for n, value in constants.items()})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=MAXNREG))
