@@ -262,7 +262,7 @@ class Sm90DkDv:
         tuning = CONFIGS[head_dim]
         self.varlen = opts.varlen
         self.q_block = [1, tuning["BLOCK_M"], 1, head_dim]
-        self.kv_block = [1, WG_M, 1, head_dim]
+        self.kv_block = [1, int(WG_M), 1, head_dim]
         self.q_layout = shared_layout(self.q_block, q.dtype)
         self.kv_layout = shared_layout(self.kv_block, q.dtype)
         lse_sb, lse_sh = lse_strides(lse, opts.varlen)
