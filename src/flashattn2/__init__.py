@@ -5,6 +5,7 @@
 """
 
 from .bert_padding import pad_input, unpad_input
+from .inference import flash_attn_combine
 from .interface import (
     attention_backend,
     flash_attn_func,
@@ -26,6 +27,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_combine",
     "unpad_input",
     "pad_input",
     "attention_ref",
