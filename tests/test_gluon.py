@@ -281,3 +281,23 @@ def test_gluon_backward_100_calls_bitwise_equal(gluon_backend):
     v = randn(2, 1537, 2, 128, dtype=torch.bfloat16, requires_grad=True)
     dout = randn(2, 1537, 8, 128, dtype=torch.bfloat16)
     assert_bitwise_repeatable(lambda q, k, v: flash_attn_func(q, k, v, causal=True), q, k, v, dout, times=100)
+
+
+def test_without_gluon_every_call_takes_triton(monkeypatch):
+    q = randn(1, 64, 2, 128, dtype=torch.bfloat16)
+    monkeypatch.setattr(backends, "GLUON_AVAILABLE", False)
+    assert attention_backend(q, q, q) == ("triton", "triton", "forward: this Triton has no Gluon; "
+                                          "backward: this Triton has no Gluon")
+
+
+def test_set_backend_drops_remembered_calls():
+    from flashattn2 import interface
+
+    q = randn(1, 8, 1, 16, dtype=torch.float16)
+    flash_attn_func(q, q, q)
+    assert len(interface._seen) > 0
+    try:
+        flashattn2.set_backend("triton")
+        assert len(interface._seen) == 0
+    finally:
+        flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
