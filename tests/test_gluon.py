@@ -30,9 +30,10 @@ VARIANTS = [
     (128, torch.float16, {"HAS_RIGHT": True, "REVERSE_M": True}),
     (64, torch.float16, {"HAS_LEFT": True, "HAS_RIGHT": True}),
     (256, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "IS_VARLEN": True}),
-    (128, torch.bfloat16, {"HAS_SOFTCAP": True, "HAS_LEFT": True}),
-    (256, torch.float16, {"HAS_ALIBI": True, "HAS_RIGHT": True}),
-    # every score option at once: compiles, but spills a few registers (benchmarks/NOTES.md)
+    # with ping-pong (d128, d256) a score transform spills 28-44 bytes under triton 3.6 (benchmarks/NOTES.md)
+    (128, torch.bfloat16, {"HAS_SOFTCAP": True, "HAS_LEFT": True, "MAY_SPILL": True}),
+    (256, torch.float16, {"HAS_ALIBI": True, "HAS_RIGHT": True, "MAY_SPILL": True}),
+    (64, torch.bfloat16, {"HAS_SOFTCAP": True, "HAS_ALIBI": True, "IS_VARLEN": True}),
     (128, torch.bfloat16, {"HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True, "MAY_SPILL": True}),
     # the dK/dV kernel (bwd_sm90.py)
     (128, torch.bfloat16, {"BWD": True}),
