@@ -19,7 +19,7 @@ def qkv(batch=1, seqlen_q=8, seqlen_k=8, nheads=2, nheads_k=2, head_dim=32, dtyp
 
 def test_public_api_names():
     for name in ("flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_combine",
-                 "attention_backend", "set_backend"):
+                 "apply_rotary_emb", "attention_backend", "set_backend"):
         assert callable(getattr(flashattn2, name))
 
 

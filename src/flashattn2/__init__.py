@@ -17,6 +17,7 @@ from .interface import (
     set_backend,
 )
 from .reference import attention_ref
+from .rotary import apply_rotary_emb
 
 __version__ = "0.2.0"
 
@@ -28,6 +29,7 @@ __all__ = [
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_combine",
+    "apply_rotary_emb",
     "unpad_input",
     "pad_input",
     "attention_ref",
