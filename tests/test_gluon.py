@@ -302,3 +302,30 @@ def test_set_backend_drops_remembered_calls():
         assert len(interface._seen) == 0
     finally:
         flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
+
+
+def test_descriptors_view_packed_batches_as_one_batch_entry():
+    from flashattn2.kernels.fwd_sm90 import descriptor
+    from flashattn2.kernels.gluon_api import shared_layout
+
+    layout = shared_layout([1, 64, 1, 64], torch.float16)
+    dense = torch.empty(2, 100, 3, 64, dtype=torch.float16)
+    d = descriptor(dense, [1, 64, 1, 64], layout, varlen=False)
+    assert (list(d.shape), list(d.strides)) == ([2, 100, 3, 64], list(dense.stride()))
+    packed = torch.empty(150, 3, 64, dtype=torch.float16)
+    p = descriptor(packed, [1, 64, 1, 64], layout, varlen=True)
+    assert list(p.shape) == [1, 150, 3, 64] and list(p.strides)[1:] == list(packed.stride())
+
+
+def test_the_backend_is_chosen_once_per_shape_and_option_set(monkeypatch):
+    from flashattn2.kernels.params import AttnOptions
+
+    q = randn(1, 8, 1, 16, dtype=torch.float16)
+    options = AttnOptions(softmax_scale=0.25)
+    first = backends.forward_plan(q, q, q, options)
+    calls = []
+    monkeypatch.setattr(backends, "forward_backend", lambda *a, **kw: calls.append(1) or ("triton", "spy"))
+    assert backends.forward_plan(q, q, q, options) is first and not calls
+    flashattn2.set_backend(backends.get_backend())  # drops the plans: the next call chooses again
+    backends.forward_plan(q, q, q, options)
+    assert calls == [1]

@@ -21,6 +21,7 @@ import torch
 
 from . import forward
 from .gluon_api import AVAILABLE as GLUON_AVAILABLE
+from .launch import PlanCache
 from .params import AttnOptions
 
 CHOICES = ("auto", "gluon", "triton")
@@ -35,8 +36,10 @@ def _checked(name: str) -> str:
 _choice = _checked(os.environ.get("FLASHATTN2_BACKEND", "auto"))
 _sm90 = None
 _bwd_sm90 = None
+# forward plans of either backend by forward.plan_key: the choice is made once per shape and option set
+_plans = PlanCache()
 # plan caches that depend on the choice (backward.py adds its own: it imports this module, not the reverse)
-_caches: list[dict] = [forward._plans]
+_caches: list[dict] = [_plans, forward._plans]
 
 
 def register_cache(cache: dict) -> None:
@@ -59,34 +62,50 @@ def set_backend(name: str) -> None:
     _choice = _checked(name)
     for cache in _caches:
         cache.clear()
-    if _sm90 is not None:
-        _sm90._plans.clear()
 
 
 def get_backend() -> str:
     return _choice
 
 
-def forward_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions,
-                    return_probs: bool = False) -> tuple[str, str | None]:
-    """(backend, why not Gluon or None) for a forward call."""
-    if _choice == "triton":
-        return "triton", "FLASHATTN2_BACKEND=triton"
-    if not GLUON_AVAILABLE:
-        return "triton", "this Triton has no Gluon"
-    sm90 = _gluon_forward()
-    reason = sm90.can_implement(q, k, v, opts, return_probs)
+def _decide(sm90, reason: str | None, q: torch.Tensor, opts: AttnOptions) -> tuple[str, str | None]:
+    """(backend, why not Gluon) from what the Gluon module (fwd_sm90 or bwd_sm90) said of the call, with
+    "auto" also asking where it was measured faster."""
     if reason is None and _choice == "auto":
         reason = sm90.auto_declines(q, opts)
     return ("triton", reason) if reason else ("gluon-sm90", None)
 
 
+def _gluon_off() -> str | None:
+    if _choice == "triton":
+        return "FLASHATTN2_BACKEND=triton"
+    if not GLUON_AVAILABLE:
+        return "this Triton has no Gluon"
+    return None
+
+
+def forward_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions,
+                    return_probs: bool = False) -> tuple[str, str | None]:
+    """(backend, why not Gluon or None) for a forward call."""
+    off = _gluon_off()
+    if off:
+        return "triton", off
+    sm90 = _gluon_forward()
+    return _decide(sm90, sm90.can_implement(q, k, v, opts, return_probs), q, opts)
+
+
 def forward_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions, return_probs: bool = False,
                  config=None):
     """The forward plan of the backend this call takes (a Triton config pins the Triton kernels)."""
-    if config is None and forward_backend(q, k, v, opts, return_probs)[0] == "gluon-sm90":
-        return _sm90.forward_plan(q, k, v, opts)
-    return forward.forward_plan(q, k, v, opts, return_probs, config)
+    key = forward.plan_key(q, k, v, opts, return_probs, config)
+    plan = _plans.get(key)
+    if plan is None:
+        if config is None and forward_backend(q, k, v, opts, return_probs)[0] == "gluon-sm90":
+            plan = _sm90.Sm90ForwardPlan(q, k, v, opts)
+        else:
+            plan = forward.forward_plan(q, k, v, opts, return_probs, config)
+        _plans.add(key, plan)
+    return plan
 
 
 def _gluon_backward():
@@ -101,15 +120,11 @@ def _gluon_backward():
 def backward_backend(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      opts: AttnOptions) -> tuple[str, str | None]:
     """(backend of the dK/dV kernel, why not Gluon or None); dQ always comes from the Triton dQ kernel."""
-    if _choice == "triton":
-        return "triton", "FLASHATTN2_BACKEND=triton"
-    if not GLUON_AVAILABLE:
-        return "triton", "this Triton has no Gluon"
+    off = _gluon_off()
+    if off:
+        return "triton", off
     sm90 = _gluon_backward()
-    reason = sm90.can_implement(dout, q, k, v, opts)
-    if reason is None and _choice == "auto":
-        reason = sm90.auto_declines(q, opts)
-    return ("triton", reason) if reason else ("gluon-sm90", None)
+    return _decide(sm90, sm90.can_implement(dout, q, k, v, opts), q, opts)
 
 
 def backward_dkdv(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,

@@ -12,12 +12,10 @@ One program per 128-key tile of one (batch, kv head), in three warp partitions:
 
 import torch
 
-from . import common
 from .block_range import q_range_for_kv_tile
-from .common import LOG2E, capability, cdiv
-from .fwd_sm90 import WG_M, _p_layout, _wgmma_layout
+from .common import LOG2E, cdiv
+from .fwd_sm90 import WG_M, _p_layout, _wgmma_layout, compile_gluon, descriptor, sm90_declines
 from .gluon_api import (
-    TensorDescriptor,
     gl,
     gluon,
     mbarrier,
@@ -31,7 +29,6 @@ from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
 from .scores import transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
-from .tma import tma_usable
 
 BLOCK_N = 2 * 64  # keys per program: two consumer warpgroups
 CONFIGS = {128: dict(BLOCK_M=32, STAGES=3)}
@@ -230,29 +227,13 @@ def attention_bwd_dkdv_sm90_kernel(
 def can_implement(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   opts: AttnOptions) -> str | None:
     """None when this kernel computes the call's dK and dV, else what keeps them on the Triton kernel."""
-    if common.INTERPRET:
-        return "the Triton interpreter cannot run Gluon"
-    if not q.is_cuda or capability(q.get_device()) != (9, 0):
-        return "not an sm_90 (Hopper) GPU"
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        return f"dtype {q.dtype}"
-    if q.shape[-1] not in CONFIGS:
-        return f"head dim {q.shape[-1]} (the Gluon backward has {sorted(CONFIGS)})"
-    if opts.dropout_p > 0.0:
-        return "dropout"
-    if not tma_usable(q, k, v, dout):
-        return "a stride or base address that TMA cannot read (16-byte alignment, unit last stride)"
-    return None
+    return sm90_declines(q, CONFIGS, "backward", opts.dropout_p > 0.0, k, v, dout)
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     """Why "auto" keeps a call this kernel can run on the Triton dK/dV kernel."""
     # measured level with the Triton backward from 4k up and 8-12% slower at 1k (NOTES.md)
     return "the Triton dK/dV kernel is as fast (FLASHATTN2_BACKEND=gluon takes this one)"
-
-
-def _as_rows(x: torch.Tensor, varlen: bool) -> torch.Tensor:
-    return x.unsqueeze(0) if varlen else x
 
 
 class Sm90DkDv:
@@ -275,38 +256,22 @@ class Sm90DkDv:
                              (*grads[0], *grads[1], lse_sb, lse_sh), named, num_warps=4, num_stages=1,
                              options=dict(maxnreg=MAXNREG))
 
-    def _desc(self, x, block, layout):
-        x = _as_rows(x, self.varlen)
-        return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
-
     def __call__(self, dout, q, k, v, lse, delta, dk, dv, opts: AttnOptions) -> None:
         cu_q, cu_k, alibi, _ = opts.tensors()
-        self.launch(self._desc(q, self.q_block, self.q_layout), self._desc(k, self.kv_block, self.kv_layout),
-                    self._desc(v, self.kv_block, self.kv_layout), self._desc(dout, self.q_block, self.q_layout),
-                    lse, delta, dk, dv, cu_q, cu_k, alibi)
+        varlen = self.varlen
+        self.launch(descriptor(q, self.q_block, self.q_layout, varlen),
+                    descriptor(k, self.kv_block, self.kv_layout, varlen),
+                    descriptor(v, self.kv_block, self.kv_layout, varlen),
+                    descriptor(dout, self.q_block, self.q_layout, varlen), lse, delta, dk, dv, cu_q, cu_k, alibi)
 
 
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
     """fwd_sm90.compile_for_sm90 for this kernel."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    type_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
-    tuning = CONFIGS[head_dim]
-
-    def desc(rows):
-        layout = shared_layout([1, rows, 1, head_dim], dtype)
-        return f"tensordesc<{type_name}[1,{rows},1,{head_dim}],{layout!r}>"
-
-    block_m = tuning["BLOCK_M"]
-    types = dict(q_desc=desc(block_m), k_desc=desc(64), v_desc=desc(64), do_desc=desc(block_m), Lse="*fp32",
-                 Delta="*fp32", dK=f"*{type_name}", dV=f"*{type_name}", CuSeqlensQ="*i32", CuSeqlensK="*i32",
-                 AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
-    constants = dict(tuning, HAS_LEFT=False, HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False)
+    block_m = CONFIGS[head_dim]["BLOCK_M"]
+    constants = dict(CONFIGS[head_dim], HAS_LEFT=False, HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False,
+                     HAS_ALIBI=False)
     constants.update(flags)
-    names = attention_bwd_dkdv_sm90_kernel.arg_names
-    signature = {n: "constexpr" if n in constants else types.get(n, "i32") for n in names}
-    source = GluonASTSource(attention_bwd_dkdv_sm90_kernel, signature,
-                            {(names.index(n),): value for n, value in constants.items()})
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=MAXNREG))
+    types = dict(Lse="*fp32", Delta="*fp32", dK="*DTYPE", dV="*DTYPE", CuSeqlensQ="*i32", CuSeqlensK="*i32",
+                 AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
+    return compile_gluon(attention_bwd_dkdv_sm90_kernel, dtype, head_dim,
+                         dict(q_desc=block_m, k_desc=64, v_desc=64, do_desc=block_m), types, constants, MAXNREG)

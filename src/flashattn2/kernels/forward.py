@@ -252,11 +252,17 @@ class ForwardPlan:
 _plans = PlanCache()
 
 
+def plan_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions, return_probs: bool,
+             config: FwdConfig | None) -> tuple:
+    """Everything a forward plan (of either backend) depends on besides the tensors' contents."""
+    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+            align(q), align(k), align(v), opts.plan_key(), return_probs, config)
+
+
 def forward_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions, return_probs: bool = False,
                  config: FwdConfig | None = None) -> ForwardPlan:
     """The plan for these inputs: made on the first call of a shape and option set, then looked up."""
-    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
-           align(q), align(k), align(v), opts.plan_key(), return_probs, config)
+    key = plan_key(q, k, v, opts, return_probs, config)
     plan = _plans.get(key)
     if plan is None:
         plan = _plans.add(key, ForwardPlan(q, k, v, opts, return_probs, config))

@@ -33,7 +33,7 @@ from .gluon_api import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from .launch import Launch, PlanCache
+from .launch import Launch
 from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
 from .scores import transformed_scores
@@ -384,29 +384,37 @@ def attention_fwd_sm90_kernel(
         mbarrier.invalidate(kv_empty.index(i))
 
 
-def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions,
-                  return_probs: bool) -> str | None:
-    """None when this kernel runs the call, else what keeps it on the portable kernels."""
+def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tensors: torch.Tensor) -> str | None:
+    """What keeps a call off a Gluon kernel (this one or bwd_sm90's) for reasons both share, or None."""
     if common.INTERPRET:
         return "the Triton interpreter cannot run Gluon"
     if not q.is_cuda or capability(q.get_device()) != (9, 0):
         return "not an sm_90 (Hopper) GPU"
     if q.dtype not in (torch.float16, torch.bfloat16):
         return f"dtype {q.dtype}"
-    if q.shape[-1] not in CONFIGS:
-        return f"head dim {q.shape[-1]} (the Gluon kernel has {sorted(CONFIGS)})"
-    if opts.dropout_p > 0.0 or return_probs:
+    if q.shape[-1] not in head_dims:
+        return f"head dim {q.shape[-1]} (the Gluon {kernel} has {sorted(head_dims)})"
+    if dropout:
         return "dropout"
-    if k.numel() == 0:
-        return "no keys (a descriptor needs a non-empty tensor)"
-    if not tma_usable(q, k, v):
+    if not tma_usable(q, *tensors):
         return "a stride or base address that TMA cannot read (16-byte alignment, unit last stride)"
     return None
 
 
-def _as_rows(x: torch.Tensor, varlen: bool) -> torch.Tensor:
-    # descriptors are 4-D (batch, rows, heads, head_dim); a packed batch is one (1, total, ...) view
-    return x.unsqueeze(0) if varlen else x
+def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions,
+                  return_probs: bool) -> str | None:
+    """None when this kernel runs the call, else what keeps it on the portable kernels."""
+    if k.numel() == 0:
+        return "no keys (a descriptor needs a non-empty tensor)"
+    return sm90_declines(q, CONFIGS, "kernel", opts.dropout_p > 0.0 or return_probs, k, v)
+
+
+def descriptor(x: torch.Tensor, block: list[int], layout, varlen: bool) -> TensorDescriptor:
+    """A TMA descriptor handing out `block` tiles of x: 4-D (batch, rows, heads, head_dim); a packed batch
+    (total, heads, head_dim) is one (1, total, heads, head_dim) view."""
+    if varlen:
+        x = x.unsqueeze(0)
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
 
 
 class Sm90ForwardPlan:
@@ -443,57 +451,49 @@ class Sm90ForwardPlan:
             dict(named, REVERSE_M=named["HAS_RIGHT"], **tuning),
             num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG))
 
-    def _desc(self, x: torch.Tensor, block: list[int], layout) -> TensorDescriptor:
-        x = _as_rows(x, self.varlen)
-        return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
-
     def __call__(self, q, k, v, opts):
         out = common.empty(self.out_shape, self.dtype, self.device)
         lse = common.empty(self.lse_shape, torch.float32, self.device)
         if self.empty:
             return out, lse, None
         cu_q, cu_k, alibi, _ = opts.tensors()
-        self.attend(self._desc(q, self.q_block, self.q_layout), self._desc(k, self.kv_block, self.kv_layout),
-                    self._desc(v, self.kv_block, self.kv_layout), self._desc(out, self.q_block, self.q_layout),
-                    out, lse, cu_q, cu_k, alibi)
+        varlen = self.varlen
+        self.attend(descriptor(q, self.q_block, self.q_layout, varlen),
+                    descriptor(k, self.kv_block, self.kv_layout, varlen),
+                    descriptor(v, self.kv_block, self.kv_layout, varlen),
+                    descriptor(out, self.q_block, self.q_layout, varlen), out, lse, cu_q, cu_k, alibi)
         return out, lse, None
 
 
-_plans = PlanCache()
-
-
-def forward_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions) -> Sm90ForwardPlan:
-    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, q.device, opts.plan_key())
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plans.add(key, Sm90ForwardPlan(q, k, v, opts))
-    return plan
-
-
-def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
-    """Compile one variant of the kernel for sm_90 without a GPU (`triton.compile` with a CUDA target):
-    CI catches a Gluon API change of a new Triton release this way. flags: the kernel's constexpr
-    flags (HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M), False when left out."""
+def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[str, int], types: dict[str, str],
+                  constants: dict, maxnreg: int = MAXNREG):
+    """Compile a Gluon kernel of these modules for sm_90 without a GPU (`triton.compile` with a CUDA target).
+    descriptors: descriptor argument -> tile rows; types: the other non-int32 arguments' types."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    block_n = CONFIGS[head_dim]["BLOCK_N"]
     type_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
-
-    def desc(rows):
+    for name, rows in descriptors.items():
         layout = shared_layout([1, rows, 1, head_dim], dtype)
-        return f"tensordesc<{type_name}[1,{rows},1,{head_dim}],{layout!r}>"
+        types[name] = f"tensordesc<{type_name}[1,{rows},1,{head_dim}],{layout!r}>"
+    types = {name: t.replace("DTYPE", type_name) for name, t in types.items()}
+    names = kernel.arg_names
+    signature = {n: "constexpr" if n in constants else types.get(n, "i32") for n in names}
+    source = GluonASTSource(kernel, signature, {(names.index(n),): value for n, value in constants.items()})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))
 
-    types = dict(q_desc=desc(64), k_desc=desc(block_n), v_desc=desc(block_n), o_desc=desc(64), Out=f"*{type_name}",
-                 Lse="*fp32", CuSeqlensQ="*i32", CuSeqlensK="*i32", AlibiSlopes="*fp32", qk_scale="fp32",
-                 softcap_in2="fp32", softcap_out="fp32")
+
+def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
+    """Compile one variant of the kernel for sm_90 without a GPU: CI catches a Gluon API change of a new
+    Triton release this way. flags: the kernel's constexpr flags (HAS_LEFT, HAS_RIGHT, IS_VARLEN,
+    HAS_SOFTCAP, HAS_ALIBI, REVERSE_M; False when left out) and CONFIGS' tuning keys."""
+    block_n = CONFIGS[head_dim]["BLOCK_N"]
     constants = dict(CONFIGS[head_dim], HAS_LEFT=False, HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False,
                      HAS_ALIBI=False, REVERSE_M=False)
     constants.update(flags)
     del constants["PERSISTENT"]  # a launch-grid choice, not a kernel flag
-    names = attention_fwd_sm90_kernel.arg_names
-    signature = {n: "constexpr" if n in constants else types.get(n, "i32") for n in names}
-    source = GluonASTSource(attention_fwd_sm90_kernel, signature,
-                            {(names.index(n),): value for n, value in constants.items()})
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=MAXNREG))
+    types = dict(Out="*DTYPE", Lse="*fp32", CuSeqlensQ="*i32", CuSeqlensK="*i32", AlibiSlopes="*fp32",
+                 qk_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
+    return compile_gluon(attention_fwd_sm90_kernel, dtype, head_dim,
+                         dict(q_desc=64, k_desc=block_n, v_desc=block_n, o_desc=64), types, constants)
