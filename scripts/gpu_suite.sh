@@ -16,5 +16,6 @@ status=${PIPESTATUS[0]}
 if [ "${1:-}" != "--no-bench" ]; then
   python3 -m flashattn2.bench --out-dir "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -n 60
   python3 -m flashattn2.bench.features --out-dir "$OUT" 2>&1 | tee -a "$OUT/bench.log" | tail -n 20
+  python3 benchmarks/plot_bench.py "$OUT"/*.json 2>&1 | tee -a "$OUT/bench.log"
 fi
 exit "$status"

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -203,7 +204,7 @@ def test_write_json_and_markdown(tmp_path) -> None:
     assert doc["rows"][0]["ratios"]["sdpa-flash"] == pytest.approx(1.5)
     assert doc["memory"]["rows"][2]["mib"]["naive"] is None
 
-    files = write_results(tmp_path / "out", "tagged", meta, rows, memory, plot=False)
+    files = write_results(tmp_path / "out", "tagged", meta, rows, memory)
     assert set(files) == {"json", "md"}
     md = files["md"].read_text()
     assert md.startswith("# flashattn2 benchmark")
@@ -244,10 +245,20 @@ def test_run_suite_cpu_with_stand_in() -> None:
     assert "sdpa-math" in markdown_table(rows)
 
 
-def test_plot(tmp_path) -> None:
-    pytest.importorskip("matplotlib")
-    from flashattn2.bench import write_plot
+def _plot_script():
+    """benchmarks/plot_bench.py, the plots kept outside the package."""
+    import importlib.util
 
+    pytest.importorskip("matplotlib")
+    spec = importlib.util.spec_from_file_location(
+        "plot_bench", Path(__file__).resolve().parents[1] / "benchmarks" / "plot_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plot(tmp_path) -> None:
+    write_plot = _plot_script().write_plot
     rows = _fake_rows()
     # A second seqlen so the lines have two points.
     rows += [dict(r, seqlen=4096) for r in rows]
@@ -337,7 +348,6 @@ def test_cli_glue_on_cpu(monkeypatch, tmp_path, capsys) -> None:
         str(tmp_path),
         "--tag",
         "smoke",
-        "--no-plot",
         "--cold-cache",
     ]
     assert cli.main(argv) == 0
@@ -370,10 +380,19 @@ def test_feature_report_files(tmp_path):
     rows = [{"feature": "window", "variant": "causal", "fwd_ms": 2.0, "bwd_ms": 5.0},
             {"feature": "window", "variant": "causal + window (1024, 0)", "fwd_ms": 0.3, "bwd_ms": 0.8}]
     meta = {"device": "test device", "torch": "x", "triton": "y", "date_utc": "2026-11-21"}
-    paths = write(rows, meta, tmp_path, "stem", plot=False)
+    paths = write(rows, meta, tmp_path, "stem")
     assert [p.name for p in paths] == ["stem_features.json", "stem_features.md"]
     text = paths[1].read_text()
     assert "| window | causal + window (1024, 0) | 0.300 | 0.800 |" in text and "test device" in text
+
+
+def test_feature_plot_from_the_result_file(tmp_path):
+    from flashattn2.bench.features import write
+
+    rows = [{"feature": "window", "variant": "causal", "fwd_ms": 2.0, "bwd_ms": 5.0}]
+    paths = write(rows, {"device": "test device"}, tmp_path, "stem")
+    png = _plot_script().plot_file(paths[0])
+    assert png.name == "stem_features.png" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # ------------------------------------------------------------------------------------ summary tables
@@ -495,7 +514,7 @@ def test_markdown_report_summary_on_top_and_first_call(tmp_path) -> None:
         {"dtype": "bf16", "hdim": 128, "causal": True, "seqlen": 512, "batch": 32, "nheads": 16,
          "fwd_s": None, "bwd_s": None, "note": "RuntimeError: boom"},
     ]
-    files = write_results(tmp_path, "r", meta, rows, None, plot=False, first_call=first)
+    files = write_results(tmp_path, "r", meta, rows, None, first_call=first)
     md = files["md"].read_text()
     # The summary tables come first, the full per-row tables after them.
     assert md.index("## Summary") < md.index(RATIO_HEADER) < md.index("| dtype | mode | causal | seqlen | ours |")

@@ -45,7 +45,6 @@ if TYPE_CHECKING:
         tflops_table,
         write_json,
         write_markdown,
-        write_plot,
         write_results,
     )
 
@@ -86,6 +85,5 @@ __all__ = [
     "tflops_table",
     "write_json",
     "write_markdown",
-    "write_plot",
     "write_results",
 ]

@@ -89,7 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="small subset: bf16, hdims 64 128, seqlens 1024 4096 16384 (explicit flags still win)",
     )
-    p.add_argument("--no-plot", action="store_true", help="do not write the PNG")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     p.add_argument("--mem-batch", type=int, default=1, help="memory measurement batch (1)")
     p.add_argument("--mem-nheads", type=int, default=16, help="memory measurement heads (16)")
@@ -190,7 +189,7 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         },
     )
     stem = args.tag or default_stem(device_name)
-    files = write_results(args.out_dir, stem, meta, rows, memory, plot=not args.no_plot, first_call=first_call)
+    files = write_results(args.out_dir, stem, meta, rows, memory, first_call=first_call)
 
     print()
     print(markdown_table(rows))

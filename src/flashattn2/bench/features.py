@@ -109,7 +109,8 @@ def run() -> list[dict]:
     return rows
 
 
-def write(rows: list[dict], meta: dict, out_dir: Path, stem: str, plot: bool = True) -> list[Path]:
+def write(rows: list[dict], meta: dict, out_dir: Path, stem: str) -> list[Path]:
+    """<stem>_features.json and .md (the PNG: python benchmarks/plot_bench.py <stem>_features.json)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{stem}_features.json", out_dir / f"{stem}_features.md"]
     paths[0].write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
@@ -118,24 +119,6 @@ def write(rows: list[dict], meta: dict, out_dir: Path, stem: str, plot: bool = T
         "| feature | variant | fwd ms | bwd ms |", "|---|---|---:|---:|"]
     lines += [f"| {r['feature']} | {r['variant']} | {r['fwd_ms']:.3f} | {r['bwd_ms']:.3f} |" for r in rows]
     paths[1].write_text("\n".join(lines) + "\n")
-    if plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
-        labels = [f"{r['feature']}: {r['variant']}" for r in rows][::-1]
-        ys = range(len(rows))
-        ax.barh([y + 0.2 for y in ys], [r["fwd_ms"] for r in rows][::-1], height=0.4, label="forward")
-        ax.barh([y - 0.2 for y in ys], [r["bwd_ms"] for r in rows][::-1], height=0.4, label="backward")
-        ax.set_yticks(list(ys), labels, fontsize=8)
-        ax.set_xlabel("ms (lower is better)")
-        ax.set_title(f"flashattn2 feature costs, {meta['device']}")
-        ax.legend()
-        fig.tight_layout()
-        paths.append(out_dir / f"{stem}_features.png")
-        fig.savefig(paths[-1], dpi=80)
     return paths
 
 
@@ -144,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", default="benchmarks/results")
     parser.add_argument("--tag", default=None)
-    parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: the feature benchmark needs one", file=sys.stderr)
@@ -155,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["command"] = meta["command"].replace("flashattn2.bench", "flashattn2.bench.features", 1)
     meta["elapsed_s"] = round(time.time() - start, 1)
     stem = args.tag or default_stem(torch.cuda.get_device_name())
-    for path in write(rows, meta, Path(args.out_dir), stem, not args.no_plot):
+    for path in write(rows, meta, Path(args.out_dir), stem):
         print(f"wrote {path}")
     return 0
 
