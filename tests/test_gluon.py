@@ -148,6 +148,19 @@ def test_calls_gluon_cannot_run_fall_back_with_a_reason(gluon_backend):
     assert attention_backend(q, q, q, softcap=30.0)[0] == "triton"
 
 
+def _stress_case(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, options, dtype, requires_grad):
+    """Fresh random q, k, v of a stress shape, and its options as flash_attn_func (and the reference) take
+    them ("alibi": random slopes of the right shape)."""
+    options = dict(options)
+    torch.manual_seed(seqlen_q * 31 + seqlen_k + head_dim + requires_grad)
+    q = randn(batch, seqlen_q, nheads, head_dim, dtype=dtype, requires_grad=requires_grad)
+    k = randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype, requires_grad=requires_grad)
+    v = randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype, requires_grad=requires_grad)
+    if options.pop("alibi", False):
+        options["alibi_slopes"] = torch.rand(batch, nheads, device=q.device) * 0.3
+    return q, k, v, options
+
+
 STRESS = [
     # batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, options
     (2, 128, 128, 2, 2, 128, {}),
@@ -169,19 +182,10 @@ STRESS = [
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", STRESS, ids=lambda s: "x".join(map(str, s[:6])) + "-" + "-".join(s[6]))
 def test_gluon_forward_stress(dtype, shape, gluon_backend):
-    batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, options = shape
-    options = dict(options)
-    torch.manual_seed(seqlen_q * 31 + seqlen_k + head_dim)
-    q = randn(batch, seqlen_q, nheads, head_dim, dtype=dtype)
-    k = randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
-    v = randn(batch, seqlen_k, nheads_k, head_dim, dtype=dtype)
-    if options.pop("alibi", False):
-        options["alibi_slopes"] = torch.rand(batch, nheads, device="cuda") * 0.3
+    q, k, v, options = _stress_case(*shape, dtype=dtype, requires_grad=False)
     assert attention_backend(q, k, v, **options).forward == "gluon-sm90"
     out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
-    ref_kwargs = {key: options[key] for key in ("causal", "softmax_scale") if key in options}
-    extra = {key: options[key] for key in ("window_size", "softcap", "alibi_slopes") if key in options}
-    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **ref_kwargs, **extra)
+    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
 
 
 @pytest.mark.gpu
@@ -237,20 +241,13 @@ BWD_STRESS = [
 @pytest.mark.parametrize("shape", BWD_STRESS, ids=lambda s: "x".join(map(str, s[:5])) + "-" + "-".join(s[5]))
 def test_gluon_backward_stress(dtype, shape, gluon_backend):
     batch, seqlen_q, seqlen_k, nheads, nheads_k, options = shape
-    options = dict(options)
-    torch.manual_seed(seqlen_q * 17 + seqlen_k)
-    q = randn(batch, seqlen_q, nheads, 128, dtype=dtype, requires_grad=True)
-    k = randn(batch, seqlen_k, nheads_k, 128, dtype=dtype, requires_grad=True)
-    v = randn(batch, seqlen_k, nheads_k, 128, dtype=dtype, requires_grad=True)
-    if options.pop("alibi", False):
-        options["alibi_slopes"] = torch.rand(batch, nheads, device="cuda") * 0.3
+    q, k, v, options = _stress_case(batch, seqlen_q, seqlen_k, nheads, nheads_k, 128, options, dtype=dtype,
+                                    requires_grad=True)
     assert attention_backend(q, k, v, **options).backward == "gluon-sm90"
     out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
     dout = randn(*out.shape, dtype=dtype)
     out.backward(dout)
-    ref_kwargs = {key: options[key] for key in ("causal", "softmax_scale") if key in options}
-    extra = {key: options[key] for key in ("window_size", "softcap", "alibi_slopes") if key in options}
-    check_attention(q, k, v, out, lse, (q.grad, k.grad, v.grad), dout, **ref_kwargs, **extra)
+    check_attention(q, k, v, out, lse, (q.grad, k.grad, v.grad), dout, **options)
 
 
 @pytest.mark.gpu
