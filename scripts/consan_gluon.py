@@ -1,5 +1,5 @@
-"""Triton's concurrency sanitizer (ConSan) over the Gluon forward on a few shapes: it instruments every
-shared-memory access, barrier and async copy and stops the kernel on a race or a barrier misuse.
+"""Triton's concurrency sanitizer (ConSan) over the Gluon forward and dK/dV kernels on a few shapes: it
+instruments every shared-memory access, barrier and async copy and stops the kernel on a race or a barrier misuse.
 Run on an sm_90 GPU: python scripts/consan_gluon.py"""
 
 import os
@@ -20,18 +20,25 @@ SHAPES = [
     (1, 300, 2, 128, True),
     (1, 513, 2, 128, False),
     (2, 1024, 8, 64, False),
-    (1, 2048, 16, 128, False),
+    (1, 256, 160, 128, False),  # 320 short work items: each program loops over two or three
     (1, 257, 2, 256, True),
 ]
 
 for batch, seqlen, heads, head_dim, causal in SHAPES:
     torch.manual_seed(0)
-    q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    flashattn2.set_backend("gluon")
-    out = flash_attn_func(q, k, v, causal=causal)
-    torch.cuda.synchronize()
-    flashattn2.set_backend("triton")
-    ref = flash_attn_func(q, k, v, causal=causal)
-    err = (out.float() - ref.float()).abs().max().item()
-    print(f"consan clean: b{batch} s{seqlen} h{heads} d{head_dim} causal={causal}, max |gluon - triton| {err:.2e}",
-          flush=True)
+    q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=True) for _ in range(3))
+    dout = torch.randn_like(q)
+    results = {}
+    for backend in ("gluon", "triton"):
+        flashattn2.set_backend(backend)
+        out = flash_attn_func(q, k, v, causal=causal)
+        # the Gluon dK/dV kernel exists at head dim 128 only
+        grads = torch.autograd.grad(out, (q, k, v), dout) if head_dim == 128 and seqlen <= 513 else ()
+        torch.cuda.synchronize()
+        results[backend] = (out, *grads)
+    pairs = zip(results["gluon"], results["triton"], strict=True)
+    err = max((a.float() - b.float()).abs().max().item() for a, b in pairs)
+    what = "forward + backward" if len(results["gluon"]) > 1 else "forward"
+    print(f"consan clean ({what}): b{batch} s{seqlen} h{heads} d{head_dim} causal={causal}, "
+          f"max |gluon - triton| {err:.2e}", flush=True)
