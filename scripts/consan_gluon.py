@@ -14,6 +14,8 @@ from flashattn2 import flash_attn_func  # noqa: E402
 
 # ConSan keeps its state in a scratch buffer that the launcher asks torch for
 triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+# the allocator is per thread: run the backward on this thread, not on autograd's device thread
+torch.autograd.set_multithreading_enabled(False)
 
 SHAPES = [
     # batch, seqlen, heads, head_dim, causal: the last two have more work items than SMs (persistent loop)
