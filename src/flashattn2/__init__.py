@@ -5,7 +5,7 @@
 """
 
 from .bert_padding import pad_input, unpad_input
-from .inference import flash_attn_combine
+from .inference import flash_attn_combine, flash_attn_with_kvcache
 from .interface import (
     attention_backend,
     flash_attn_func,
@@ -28,6 +28,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_with_kvcache",
     "flash_attn_combine",
     "apply_rotary_emb",
     "unpad_input",

@@ -1,13 +1,19 @@
-"""The inference half of the API. So far: flash_attn_combine (FlashAttention-3's), the merge of attention
-computed over disjoint parts of the keys: the building block of split-KV decoding and of context
-parallelism."""
+"""The inference half of the API: flash_attn_with_kvcache (decoding over a dense or paged KV cache, with
+append, rotary embedding and split-KV) and flash_attn_combine (FlashAttention-3's), the merge of
+attention computed over disjoint parts of the keys: the building block of split-KV decoding and of
+context parallelism."""
 
 import contextlib
+from typing import Optional
 
 import torch
 
+from .interface import _check_heads, _check_options, _check_tensors, _softmax_scale, _unit_last_stride
 from .kernels import combine as combine_kernels
 from .kernels.common import INTERPRET
+from .kernels.kvcache import kvcache_attention
+from .kernels.params import AttnOptions
+from .rotary import rotate
 
 _OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _MAX_HEAD_DIM = 512
@@ -79,3 +85,221 @@ def flash_attn_combine(
         combine_kernels.combine(out_partial, lse_partial, out, lse)
     return out, lse
 
+
+
+# ----------------------------------------------------------------------------------------------
+# flash_attn_with_kvcache
+
+
+def _check_index(name: str, x, batch: int, device: torch.device) -> None:
+    if x is None:
+        return
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.int32 or tuple(x.shape) != (batch,):
+        raise ValueError(f"{name} must be a ({batch},) int32 tensor, got {tuple(x.shape)} {x.dtype}")
+    if x.device != device:
+        raise ValueError(f"{name} must be on {device}, got {x.device}")
+
+
+def _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                   block_table, num_splits) -> None:
+    """Shapes, dtypes and devices on the host; the values of the index tensors are checked on the GPU."""
+    _check_tensors(q, k_cache, v_cache, 4, "(batch, seqlen, nheads, headdim)")
+    _check_heads(q, k_cache, v_cache)
+    batch, seqlen_q, _, head_dim = q.shape
+    if k_cache.shape != v_cache.shape:
+        what = "page_block_size" if block_table is not None and k_cache.shape[1] != v_cache.shape[1] else "shape"
+        raise ValueError(f"k_cache and v_cache must have the same {what}, got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError("k_cache and v_cache must have a contiguous last dimension (they are written in place)")
+    if block_table is not None:
+        if not isinstance(block_table, torch.Tensor):
+            raise TypeError(f"block_table must be a torch.Tensor, got {type(block_table).__name__}")
+        if block_table.dtype != torch.int32 or block_table.dim() != 2:
+            raise ValueError(f"block_table must be a (batch, max_num_blocks_per_seq) int32 tensor, got "
+                             f"{tuple(block_table.shape)} {block_table.dtype}")
+        if block_table.device != q.device:
+            raise ValueError(f"block_table must be on {q.device}, got {block_table.device}")
+        if block_table.stride(-1) != 1:
+            raise ValueError("block_table must have a contiguous last dimension")
+        rows = block_table.shape[0]
+        if (rows < batch and cache_batch_idx is None) or block_table.shape[1] == 0:
+            raise ValueError(f"block_table has {rows} rows and {block_table.shape[1]} columns for a batch of {batch}")
+        capacity = block_table.shape[1] * k_cache.shape[1]
+    else:
+        if cache_batch_idx is None and k_cache.shape[0] < batch:
+            raise ValueError(f"k_cache has {k_cache.shape[0]} batch rows for a batch of {batch} (pass "
+                             "cache_batch_idx to pick rows)")
+        capacity = k_cache.shape[1]
+    if (k is None) != (v is None):
+        raise ValueError("k and v must be given together (the new keys and values to append)")
+    if k is not None:
+        for name, x in (("k", k), ("v", v)):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+            expected = (batch, k.shape[1], k_cache.shape[2], head_dim)
+            if tuple(x.shape) != expected:
+                raise ValueError(f"{name} must be (batch, seqlen_new, nheads_k, headdim) = {expected}, got "
+                                 f"{tuple(x.shape)}")
+            if x.dtype != q.dtype or x.device != q.device:
+                raise ValueError(f"{name} must be {q.dtype} on {q.device}, got {x.dtype} on {x.device}")
+        if cache_seqlens is None:
+            raise ValueError("appending k and v needs cache_seqlens: where each sequence's new rows go")
+        if k.shape[1] > capacity:
+            raise ValueError(f"seqlen_new {k.shape[1]} is larger than the cache capacity {capacity}")
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos and rotary_sin must be given together")
+    if rotary_cos is not None:
+        if k is None:
+            raise ValueError("rotary_cos/rotary_sin need k and v: the rotary embedding is applied to the new keys "
+                             "and to q")
+        if rotary_cos.dim() != 2 or rotary_cos.shape != rotary_sin.shape:
+            raise ValueError(f"rotary_cos and rotary_sin must both be (seqlen_ro, rotary_dim / 2), got "
+                             f"{tuple(rotary_cos.shape)} and {tuple(rotary_sin.shape)}")
+        rotary_dim = 2 * rotary_cos.shape[1]
+        if rotary_dim % 16 != 0 or rotary_dim == 0 or rotary_dim > head_dim:
+            raise ValueError(f"rotary_dim (2 * rotary_cos.shape[1] = {rotary_dim}) must be a positive multiple of "
+                             f"16 and at most headdim {head_dim}")
+        if rotary_cos.shape[0] < capacity:
+            raise ValueError(f"rotary_cos/rotary_sin have {rotary_cos.shape[0]} positions, fewer than the cache "
+                             f"capacity {capacity}")
+        if rotary_cos.device != q.device or rotary_sin.device != q.device:
+            raise ValueError(f"rotary_cos and rotary_sin must be on {q.device}")
+        if rotary_cos.dtype != rotary_sin.dtype or not rotary_cos.dtype.is_floating_point:
+            raise TypeError(f"rotary_cos and rotary_sin must share a floating dtype, got {rotary_cos.dtype} and "
+                            f"{rotary_sin.dtype}")
+    if isinstance(cache_seqlens, torch.Tensor):
+        _check_index("cache_seqlens", cache_seqlens, batch, q.device)
+    elif cache_seqlens is not None and not isinstance(cache_seqlens, int):
+        raise TypeError(f"cache_seqlens must be an int or a ({batch},) int32 tensor, got "
+                        f"{type(cache_seqlens).__name__}")
+    elif isinstance(cache_seqlens, int) and not 0 <= cache_seqlens <= capacity - (0 if k is None else k.shape[1]):
+        raise ValueError(f"cache_seqlens {cache_seqlens} + seqlen_new is past the cache capacity {capacity}")
+    _check_index("cache_batch_idx", cache_batch_idx, batch, q.device)
+    _check_index("cache_leftpad", cache_leftpad, batch, q.device)
+    if not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError(f"num_splits must be an int >= 0 (0: a heuristic), got {num_splits!r}")
+
+
+def flash_attn_with_kvcache(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+    rotary_cos: torch.Tensor | None = None,
+    rotary_sin: torch.Tensor | None = None,
+    cache_seqlens: int | torch.Tensor | None = None,
+    cache_batch_idx: torch.Tensor | None = None,
+    cache_leftpad: torch.Tensor | None = None,
+    block_table: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    rotary_interleaved: bool = True,
+    alibi_slopes: torch.Tensor | None = None,
+    num_splits: int = 0,
+    return_softmax_lse: bool = False,
+):
+    """
+    If k and v are not None, k_cache and v_cache are updated in place with the new values from k and v:
+    the rows go to positions cache_seqlens[i] ... cache_seqlens[i] + seqlen_new - 1 of sequence i (of
+    cache row cache_batch_idx[i], or through block_table). Attention then runs over the updated cache.
+    This serves incremental decoding: the new keys and values are appended and attended in one call.
+
+    If rotary_cos and rotary_sin are given, the rotary embedding is applied to k before it is stored, at
+    positions cache_seqlens[i] + j, and to q: at positions cache_seqlens[i] + r when causal or local,
+    otherwise at position cache_seqlens[i] for every row. rotary_interleaved=True rotates pairs of even
+    and odd dimensions (GPT-J style), False the first and second halves (GPT-NeoX style).
+
+    Sequence i attends to cache positions [cache_leftpad[i], cache_seqlens[i] + seqlen_new). Causal and
+    local masks are aligned to the bottom-right corner of that range, as in flash_attn_func.
+
+    Supports multi-query and grouped-query attention (MQA/GQA) by passing in KV with fewer heads than Q.
+    Note that the number of heads in Q must be divisible by the number of heads in KV.
+
+    The index tensors' values (cache_seqlens, cache_leftpad, cache_batch_idx, block_table) are checked on
+    the GPU without a sync: a sequence with a bad value reads and writes nothing, its output is NaN, and
+    the next call on the device raises a ValueError naming the problem (FLASHATTN2_SYNC_CHECKS=1: this
+    call). Everything else is checked on the host from shapes, so a decode step can be captured in a CUDA
+    graph.
+
+    Arguments:
+        q: (batch_size, seqlen, nheads, headdim)
+        k_cache: (batch_size_cache, seqlen_cache, nheads_k, headdim) without block_table,
+            (num_blocks, page_block_size, nheads_k, headdim) with block_table; any page_block_size.
+        v_cache: the same shape as k_cache.
+        k: (batch_size, seqlen_new, nheads_k, headdim). Optional: new keys to append.
+        v: (batch_size, seqlen_new, nheads_k, headdim). Optional: new values, given with k.
+        rotary_cos: (seqlen_ro, rotary_dim / 2), rotary_dim a multiple of 16 and at most headdim, seqlen_ro at
+            least the cache capacity. Only with k and v.
+        rotary_sin: (seqlen_ro, rotary_dim / 2).
+        cache_seqlens: int, or (batch_size,) int32: the cache lengths before the append. None: the whole
+            capacity (then k and v cannot be appended).
+        cache_batch_idx: (batch_size,) int32: the cache row (or block_table row) of each sequence. None: row i.
+        cache_leftpad: (batch_size,) int32: the first valid cache position of each sequence. None: 0.
+        block_table: (batch_size, max_num_blocks_per_seq) int32: the pages of each sequence.
+        softmax_scale: float. The scaling of QK^T before applying softmax. Default to 1 / sqrt(headdim).
+        causal: bool. Whether to apply causal attention mask (e.g., for auto-regressive modeling).
+        window_size: (left, right). If not (-1, -1), implements sliding window local attention.
+        softcap: float. Anything > 0 activates softcapping attention.
+        rotary_interleaved: bool. Only applicable if rotary_cos and rotary_sin are passed in.
+        alibi_slopes: (nheads,) or (batch_size, nheads), fp32. A bias of (-alibi_slope * |i + seqlen_k -
+            seqlen_q - j|) is added to the attention score of query i and key j.
+        num_splits: int. Splits of the keys, merged afterwards (split-KV). 0: a heuristic from the shapes
+            only (no sync); 1: no split.
+        return_softmax_lse: bool. Whether to return the logsumexp of the attention scores.
+    Return:
+        out: (batch_size, seqlen, nheads, headdim).
+        softmax_lse [optional, if return_softmax_lse=True]: (batch_size, nheads, seqlen). The logsumexp of each
+            row of the matrix QK^T * scaling (e.g., log of the softmax normalization factor); +inf (and out 0)
+            for a row that sees no key.
+    """
+    _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                   block_table, num_splits)
+    batch, _, nheads, head_dim = q.shape
+    window_left, window_right, softcap, _, alibi_slopes = _check_options(q, batch, nheads, 0.0, causal,
+                                                                         window_size, softcap, alibi_slopes)
+    softmax_scale = _softmax_scale(softmax_scale, head_dim)
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    q = _unit_last_stride(q)
+    if k is not None:
+        k, v = _unit_last_stride(k), _unit_last_stride(v)
+    out, lse = _kvcache_op(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                           cache_leftpad, block_table, alibi_slopes, softmax_scale, window_left, window_right, softcap,
+                           bool(rotary_interleaved), num_splits)
+    return (out, lse) if return_softmax_lse else out
+
+
+@torch.library.custom_op("flashattn2::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
+def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: Optional[torch.Tensor],
+                v: Optional[torch.Tensor], rotary_cos: Optional[torch.Tensor], rotary_sin: Optional[torch.Tensor],
+                cache_seqlens: Optional[torch.Tensor], cache_batch_idx: Optional[torch.Tensor],
+                cache_leftpad: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
+                alibi_slopes: Optional[torch.Tensor], softmax_scale: float, window_left: int, window_right: int,
+                softcap: float, rotary_interleaved: bool, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    opts = AttnOptions(softmax_scale, window_left, window_right, softcap, alibi_slopes=alibi_slopes)
+    with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
+        if rotary_cos is not None:
+            k = rotate(k, rotary_cos, rotary_sin, rotary_interleaved, False, cache_seqlens, None, None, False)
+            if window_left >= 0 or window_right >= 0:
+                q = rotate(q, rotary_cos, rotary_sin, rotary_interleaved, False, cache_seqlens, None, None, False)
+            else:
+                # without a mask every query row sits at the position of the first new key
+                b, s, h, d = q.shape
+                q = rotate(q.reshape(b, 1, s * h, d), rotary_cos, rotary_sin, rotary_interleaved, False, cache_seqlens,
+                           None, None, False).reshape(b, s, h, d)
+        return kvcache_attention(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, cache_batch_idx,
+                                 block_table, opts, num_splits)
+
+
+@_kvcache_op.register_fake
+def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                  block_table, alibi_slopes, softmax_scale, window_left, window_right, softcap, rotary_interleaved,
+                  num_splits):
+    batch, seqlen_q, nheads, _ = q.shape
+    return torch.empty_like(q), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)

@@ -13,6 +13,7 @@ import torch
 from .kernels import backends
 from .kernels.backends import forward_plan
 from .kernels.common import INTERPRET
+from .kernels.kvcache import kvcache_attention
 from .kernels.launch import PlanCache, align
 from .kernels.params import AttnOptions
 from .ops import attention
@@ -371,7 +372,10 @@ def flash_attn_varlen_func(
            of the sequences in the batch, used to index into kv.
         max_seqlen_q: int. Maximum query sequence length in the batch.
         max_seqlen_k: int. Maximum key sequence length in the batch.
-        block_table: paged KV cache; not supported in this release (NotImplementedError).
+        block_table: (batch_size, max_num_blocks_per_seq), dtype torch.int32: a paged KV cache (forward
+           only). k and v are then the page pools (num_blocks, page_block_size, nheads_k, headdim), any
+           page_block_size, and sequence i's keys are the first cu_seqlens_k[i + 1] - cu_seqlens_k[i]
+           positions of its pages.
         Other arguments are those of flash_attn_func.
     Return:
         out: (total, nheads, headdim).
@@ -382,7 +386,8 @@ def flash_attn_varlen_func(
             flash_attn's encoding (see flash_attn_func); None when dropout_p == 0.
     """
     if block_table is not None:
-        raise NotImplementedError("block_table (paged KV cache) is not supported yet: pass block_table=None")
+        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                             softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table)
     _check_tensors(q, k, v, 3, "(total, nheads, headdim)")
     if v.shape[0] != k.shape[0]:
         raise ValueError(f"k and v must have the same number of rows, got {k.shape[0]} and {v.shape[0]}")
@@ -392,6 +397,39 @@ def flash_attn_varlen_func(
     _check_row_offsets(q, k, v, 0)
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                       softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                  window_size, softcap, alibi_slopes, return_attn_probs, block_table):
+    """flash_attn_varlen_func over a paged KV cache: the KV-cache kernels with the lengths of cu_seqlens_k."""
+    if dropout_p != 0.0:
+        raise NotImplementedError("dropout with block_table: the paged KV cache is for inference (dropout_p=0)")
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+        raise NotImplementedError("block_table (paged KV cache) is forward only: call it under torch.no_grad() "
+                                  "or with tensors that do not require grad")
+    for name, x, ndim in (("q", q, 3), ("k", k, 4), ("v", v, 4)):
+        if not isinstance(x, torch.Tensor) or x.dim() != ndim:
+            layout = "(total_q, nheads, headdim)" if ndim == 3 else "(num_blocks, page_block_size, nheads_k, headdim)"
+            raise ValueError(f"with block_table, {name} must be {layout}")
+    _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q)
+    q_dense = q.unsqueeze(0)  # the shared checks read (batch, seqlen, heads, dim)
+    _check_tensors(q_dense, k, v, 4, "")
+    _check_heads(q, k, v)
+    if k.shape != v.shape:
+        raise ValueError(f"k and v page pools must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2:
+        raise ValueError("block_table must be a (batch_size, max_num_blocks_per_seq) int32 tensor")
+    batch = cu_seqlens_q.shape[0] - 1
+    if block_table.shape[0] != batch or block_table.device != q.device or block_table.stride(-1) != 1:
+        raise ValueError(f"block_table must be ({batch}, max_num_blocks_per_seq), contiguous, on {q.device}")
+    if k.stride(-1) != 1 or v.stride(-1) != 1:
+        raise ValueError("k and v page pools must have a contiguous last dimension")
+    opts = _options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, causal, window_size,
+                    softcap, alibi_slopes, False)
+    seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
+    out, lse = kvcache_attention(_unit_last_stride(q), k, v, None, None, seqlens_k, None, None, block_table, opts,
+                                 0)
+    return (out, lse, None) if return_attn_probs else out
 
 
 def flash_attn_varlen_qkvpacked_func(

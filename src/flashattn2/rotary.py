@@ -44,7 +44,8 @@ def _check(x, cos, sin, seqlen_offsets, cu_seqlens, max_seqlen) -> None:
         raise ValueError("apply_rotary_emb needs CUDA tensors (CPU tensors only under TRITON_INTERPRET=1)")
 
 
-def _rotate(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, max_seqlen, conjugate):
+def rotate(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, max_seqlen, conjugate):
+    """The rotation on checked inputs, without autograd (the KV-cache path calls it directly)."""
     rotary_dim = 2 * cos.shape[1]
     if x.stride(-1) != 1:  # a gradient may come in any layout
         x = x.contiguous()
@@ -62,7 +63,7 @@ def _rotate(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, max_s
 class _ApplyRotaryEmb(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, max_seqlen):
-        out = _rotate(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, max_seqlen, False)
+        out = rotate(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, max_seqlen, False)
         tensors = (cos, sin, cu_seqlens) + ((seqlen_offsets,) if isinstance(seqlen_offsets, torch.Tensor) else ())
         ctx.save_for_backward(*[t for t in tensors if t is not None])
         ctx.has_cu = cu_seqlens is not None
@@ -81,7 +82,7 @@ class _ApplyRotaryEmb(torch.autograd.Function):
         cu_seqlens = rest.pop(0) if ctx.has_cu else None
         offsets = rest.pop(0) if ctx.offsets is None else ctx.offsets
         # the gradient of a rotation is the inverse rotation
-        dx = _rotate(dout, cos, sin, ctx.interleaved, False, offsets, cu_seqlens, ctx.max_seqlen, True)
+        dx = rotate(dout, cos, sin, ctx.interleaved, False, offsets, cu_seqlens, ctx.max_seqlen, True)
         return dx, None, None, None, None, None, None, None
 
 

@@ -26,7 +26,7 @@ def combine_kernel(
     stride_ls, stride_lb, stride_lm, stride_lh,
     stride_ob, stride_om, stride_oh,
     stride_Lb, stride_Lm, stride_Lh,
-    n_splits, n_rows, seqlen, nheads,
+    n_splits, n_rows, seqlen, nheads, empty_lse,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
     """One program per BLOCK_R rows of (batch, seqlen, heads); two passes over the parts (max, then sum)."""
@@ -54,14 +54,16 @@ def combine_kernel(
         den += w
     empty = den == 0.0
     out = acc / tl.where(empty, 1.0, den)[:, None]
-    lse = tl.where(empty, float("-inf"), shift + tl.log(tl.where(empty, 1.0, den)))
+    lse = tl.where(empty, empty_lse, shift + tl.log(tl.where(empty, 1.0, den)))
     out_row = Out + off_b * stride_ob + off_m * stride_om + off_h * stride_oh
     tl.store(out_row[:, None] + cols[None, :], out.to(Out.dtype.element_ty), mask=valid[:, None] & col_ok)
     tl.store(Lse + off_b * stride_Lb + off_m * stride_Lm + off_h * stride_Lh, lse, mask=valid)
 
 
-def combine(out_partial: torch.Tensor, lse_partial: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
-    """Launch the merge on checked tensors: out (batch, seqlen, heads, dim), lse (batch, seqlen, heads)."""
+def combine(out_partial: torch.Tensor, lse_partial: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+            empty_lse: float = float("-inf")) -> None:
+    """Launch the merge on checked tensors: out (batch, seqlen, heads, dim), lse (batch, seqlen, heads).
+    empty_lse is the lse of a row whose every part is empty (split-KV decoding wants +inf there)."""
     n_splits, batch, seqlen, nheads, head_dim = out_partial.shape
     n_rows = batch * seqlen * nheads
     if n_rows == 0:
@@ -71,6 +73,6 @@ def combine(out_partial: torch.Tensor, lse_partial: torch.Tensor, out: torch.Ten
         out_partial, lse_partial, out, lse,
         out_partial.stride(0), out_partial.stride(1), out_partial.stride(2), out_partial.stride(3),
         *lse_partial.stride(), *out.stride()[:3], *lse.stride(),
-        n_splits, n_rows, seqlen, nheads,
+        n_splits, n_rows, seqlen, nheads, empty_lse,
         HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_R=block_r, num_warps=4,
     )

@@ -26,6 +26,13 @@ SYNC_CHECKS: bool = os.environ.get("FLASHATTN2_SYNC_CHECKS", "0") == "1"
 _FILL_PROGRAMS = 64
 _FILL_BLOCK = 1024
 _BATCH_BLOCK = 128
+# The flag has a word per kind of check: cu_seqlens here, the KV-cache tables in kvcache.py
+CU_SEQLENS_WORD = 0
+KVCACHE_WORD: tl.constexpr = tl.constexpr(1)
+# bit i of the KV-cache word: the check that failed (kvcache.cache_sequence sets bits 0-3, a page index bit 4)
+KVCACHE_CHECKS = ("cache_seqlens below 0", "cache_seqlens + seqlen_new past the cache capacity",
+                  "cache_leftpad below 0 or above cache_seqlens", "cache_batch_idx outside the cache's rows",
+                  "block_table entry outside [0, num_blocks)")
 # bit i of a tensor's 4-bit group: the check that failed; k's group sits 4 bits above q's
 _CHECKS = ("must start at 0", "must not decrease", "must end at the number of rows of {x}",
            "has a sequence longer than max_seqlen_{x}")
@@ -64,22 +71,27 @@ def check_and_poison_kernel(CuSeqlensQ, CuSeqlensK, Flag, A, B, C, blocks_a, blo
     bits |= _failed_checks(CuSeqlensK, batch, total_k, max_seqlen_k, BATCH_BLOCK) << 4
     if bits != 0:
         if tl.program_id(0) == 0:
-            tl.store(Flag, bits)
+            tl.store(Flag + CU_SEQLENS_WORD, bits)
         _fill_nan(A, blocks_a, n_a, BLOCK)
         _fill_nan(B, blocks_b, n_b, BLOCK)
         _fill_nan(C, blocks_c, n_c, BLOCK)
 
 
 class _Flag:
-    """One int32 of pinned host memory per device: the GPU writes it, the host reads it for free."""
+    """Int32 words of pinned host memory per device: the GPU writes them, the host reads them for free."""
 
     def __init__(self, device: torch.device) -> None:
         # pinned memory is mapped into the GPU's address space (unified addressing)
-        self.tensor = torch.zeros(1, dtype=torch.int32, pin_memory=device.type == "cuda")
+        self.tensor = torch.zeros(2, dtype=torch.int32, pin_memory=device.type == "cuda")
         self.view = self.tensor.numpy()
 
 
 _flags: dict[int, _Flag] = {}
+
+
+def flag(device: torch.device) -> torch.Tensor:
+    """The device's flag words, for the kernels that report failed checks."""
+    return _flag(device).tensor
 
 
 def _flag(device: torch.device) -> _Flag:
@@ -101,12 +113,20 @@ def describe(bits: int) -> str:
 
 
 def raise_pending(device: torch.device) -> None:
-    """Raise for a bad cu_seqlens that an earlier call on this device left in the flag, then clear it."""
+    """Raise for bad cu_seqlens or KV-cache tables that an earlier call on this device left in the flag,
+    then clear it."""
     flag = _flags.get(-1 if device.type == "cpu" else device.index)
-    if flag is None or not flag.view[0]:
+    if flag is None or not flag.view.any():
         return
-    bits = int(flag.view[0])
-    flag.view[0] = 0
+    bits, cache_bits = int(flag.view[CU_SEQLENS_WORD]), int(flag.view[KVCACHE_WORD.value])
+    flag.view[:] = 0
+    if cache_bits:
+        failed = ", ".join(check for i, check in enumerate(KVCACHE_CHECKS) if cache_bits >> i & 1)
+        raise ValueError(
+            f"invalid KV-cache tables given to flash_attn_with_kvcache (or a paged flash_attn_varlen_func) on "
+            f"{device}: {failed}. The values are checked on the GPU, without a sync, so this may be reported by "
+            f"a later call; the sequences that failed read and wrote nothing and their outputs were set to NaN "
+            f"(FLASHATTN2_SYNC_CHECKS=1 makes that call raise instead)")
     raise ValueError(
         f"invalid cumulative sequence lengths given to a flash_attn_varlen_* call on {device}: "
         f"{describe(bits)}. They must start at 0, not decrease, end at the number of rows of q / k, and no "

@@ -1,0 +1,362 @@
+"""Attention over a KV cache (decoding, speculative decoding, chunked prefill): flash_attn_with_kvcache's
+kernels, and the paged forward of flash_attn_varlen_func.
+
+Per sequence i the keys are the cache positions [leftpad_i, cache_seqlens_i + seqlen_new), read through
+paged_kv (dense rows or a block table of any page size); masks, score transforms and block ranges see
+logical positions 0..seqlen_k_i - 1, exactly as in the training kernels.
+
+- Split-KV: with NUM_SPLITS > 1 the key tiles of a program are cut into NUM_SPLITS contiguous ranges,
+  each written as an fp32 partial output with its lse (-inf for an empty range) and merged by combine.py.
+- Pack GQA: with few query rows, the query heads of a KV group share one tile (row r is query position
+  r // G_PAD, head slot * G + r % G_PAD), so a decode tile is not mostly padding and K/V are read once
+  per group.
+- The values of cache_seqlens, cache_leftpad, cache_batch_idx and block_table are checked here, on the
+  GPU: a sequence that fails a check reads and writes nothing, its outputs become NaN and the failed
+  checks go to the flag word that cu_seqlens.raise_pending reads (no device-to-host sync).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from . import common, cu_seqlens
+from .block_range import kv_range_for_q_tile
+from .common import INTERPRET, LOG2E, cdiv, mma, padded_head_dim, round_to
+from .cu_seqlens import KVCACHE_WORD, raise_pending
+from .launch import Launch, PlanCache, align
+from .mask import score_mask
+from .paged_kv import kv_row_coords, kv_row_ptrs, load_kv_rows, row_mask
+from .params import AttnOptions
+from .scores import transformed_scores
+from .softmax import finalize, online_softmax_update
+
+
+@triton.jit
+def cache_sequence(off_b, CacheSeqlens, CacheLeftpad, CacheBatchIdx, seqlen_new, capacity, cache_rows,
+                   HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, HAS_BATCH_IDX: tl.constexpr):
+    """(cache length before the append, leftpad, cache row, failed checks) of sequence off_b.
+
+    The bits are those of cu_seqlens.KVCACHE_CHECKS; a sequence with any bit set gets length 0,
+    leftpad 0 and row 0, so nothing it does can leave the tensors."""
+    zero = off_b.to(tl.int64) * 0
+    if HAS_SEQLENS:
+        cache_len = tl.load(CacheSeqlens + off_b).to(tl.int64)
+    else:
+        cache_len = zero + (capacity - seqlen_new)
+    if HAS_LEFTPAD:
+        leftpad = tl.load(CacheLeftpad + off_b).to(tl.int64)
+    else:
+        leftpad = zero
+    if HAS_BATCH_IDX:
+        kv_row = tl.load(CacheBatchIdx + off_b).to(tl.int64)
+    else:
+        kv_row = zero + off_b
+    bits = (cache_len < 0).to(tl.int32)
+    bits |= (cache_len + seqlen_new > capacity).to(tl.int32) << 1
+    bits |= ((leftpad < 0) | (leftpad > cache_len)).to(tl.int32) << 2
+    bits |= ((kv_row < 0) | (kv_row >= cache_rows)).to(tl.int32) << 3
+    failed = bits != 0
+    return tl.where(failed, 0, cache_len), tl.where(failed, 0, leftpad), tl.where(failed, 0, kv_row), bits
+
+
+@triton.jit(do_not_specialize=("total_q",))
+def kvcache_attention_kernel(
+    Q, KCache, VCache, Out, Lse, Flag, CacheSeqlens, CacheLeftpad, CacheBatchIdx, BlockTable, CuSeqlensQ,
+    AlibiSlopes,
+    stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
+    stride_os, stride_ob, stride_om, stride_oh, stride_ls, stride_lb, stride_lm, stride_lh, stride_bt,
+    stride_alibi_b, nheads, group, seqlen_q, seqlen_new, capacity, cache_rows, num_pages, page_size, total_q,
+    qk_scale, window_left, window_right, softcap_in2, softcap_out,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    G: tl.constexpr, G_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, HAS_LEFT: tl.constexpr,
+    HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, PAGED: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    """One program per (row tile, batch x head slot, split). G query heads share a tile (G_PAD rows per
+    query position, G of them used); G = 1 without packing. With NUM_SPLITS = 1, Out/Lse are the final
+    outputs (lse +inf for a row that sees no key); otherwise fp32 partials (lse -inf when empty)."""
+    start_r = tl.program_id(0) * BLOCK_M
+    pid_bh = tl.program_id(1)
+    split = tl.program_id(2)
+    n_slots = nheads // G
+    off_b = pid_bh // n_slots
+    slot = pid_bh % n_slots
+    if IS_VARLEN:
+        q_start = tl.minimum(tl.maximum(tl.load(CuSeqlensQ + off_b), 0), total_q)
+        q_end = tl.minimum(tl.maximum(tl.load(CuSeqlensQ + off_b + 1), q_start), total_q)
+        seqlen_q = tl.minimum(q_end - q_start, seqlen_q)
+    else:
+        q_start = off_b * 0
+    start_q = start_r // G_PAD
+    if start_q >= seqlen_q:
+        return
+    cache_len, leftpad, kv_row, bits = cache_sequence(off_b, CacheSeqlens, CacheLeftpad, CacheBatchIdx,
+                                                      seqlen_new, capacity, cache_rows, HAS_SEQLENS, HAS_LEFTPAD,
+                                                      HAS_BATCH_IDX)
+    seqlen_k = tl.where(bits != 0, 0, cache_len + seqlen_new - leftpad).to(tl.int32)
+    off_b64 = off_b.to(tl.int64)
+
+    rows = start_r + tl.arange(0, BLOCK_M)
+    q_pos = rows // G_PAD
+    g = rows % G_PAD
+    row_ok = (q_pos < seqlen_q) & (g < G)
+    head = slot * G + tl.where(g < G, g, 0)
+    off_hk = (slot * G) // group
+    offs_d = tl.arange(0, BLOCK_D)
+    q_rows = Q + off_b64 * stride_qb + (q_start + q_pos).to(tl.int64) * stride_qm + head.to(tl.int64) * stride_qh
+    q = tl.load(q_rows[:, None] + offs_d[None, :], mask=row_mask(row_ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
+    alibi_slope = 0.0
+    if HAS_ALIBI:
+        alibi_slope = (tl.load(AlibiSlopes + off_b64 * stride_alibi_b + head) * LOG2E)[:, None]
+
+    n_lo, _, _, n_hi = kv_range_for_q_tile(start_q, seqlen_q, seqlen_k, window_left, window_right,
+                                           BLOCK_M // G_PAD, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    if NUM_SPLITS > 1:
+        per_split = tl.cdiv(tl.cdiv(n_hi - n_lo, BLOCK_N), NUM_SPLITS) * BLOCK_N
+        n_lo = n_lo + split * per_split
+        n_hi = tl.minimum(n_hi, n_lo + per_split)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    bad_page = tl.zeros([BLOCK_N], dtype=tl.int1)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(n_lo, n_hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        valid = offs_n < seqlen_k
+        outer, inner, bad = kv_row_coords(BlockTable, kv_row, leftpad + offs_n, valid, stride_bt, page_size,
+                                          num_pages, PAGED)
+        bad_page |= bad
+        valid = valid & ~bad
+        k = load_kv_rows(KCache, outer, inner, off_hk, stride_kb, stride_kn, stride_kh, offs_d, valid, HEAD_DIM,
+                         BLOCK_D)
+        qk = mma(q, tl.trans(k), None, INTERPRET)
+        if HAS_SOFTCAP or HAS_ALIBI:
+            qk, _ = transformed_scores(qk, q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale,
+                                       softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
+            scale_log2 = 1.0
+        else:
+            scale_log2 = qk_scale
+        visible = score_mask(q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left, window_right,
+                             HAS_LEFT, HAS_RIGHT) & valid[None, :]
+        qk = tl.where(visible, qk, float("-inf"))
+        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, scale_log2, True)
+        v = load_kv_rows(VCache, outer, inner, off_hk, stride_vb, stride_vn, stride_vh, offs_d, valid, HEAD_DIM,
+                         BLOCK_D)
+        acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
+
+    bits |= tl.max(bad_page.to(tl.int32), 0) << 4
+    if NUM_SPLITS > 1:
+        empty = l_i == 0.0
+        out = acc / tl.where(empty, 1.0, l_i)[:, None]
+        lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    else:
+        out, lse = finalize(acc, m_i, l_i)
+    if bits != 0:
+        tl.store(Flag + KVCACHE_WORD, bits)
+        out = tl.full([BLOCK_M, BLOCK_D], float("nan"), tl.float32)
+        lse = tl.full([BLOCK_M], float("nan"), tl.float32)
+    row_off = off_b64 * stride_ob + (q_start + q_pos).to(tl.int64) * stride_om + head.to(tl.int64) * stride_oh
+    o_rows = Out + split.to(tl.int64) * stride_os + row_off
+    tl.store(o_rows[:, None] + offs_d[None, :], round_to(out, Out.dtype.element_ty, INTERPRET),
+             mask=row_mask(row_ok, offs_d, HEAD_DIM, BLOCK_D))
+    lse_off = off_b64 * stride_lb + (q_start + q_pos).to(tl.int64) * stride_lm + head.to(tl.int64) * stride_lh
+    tl.store(Lse + split.to(tl.int64) * stride_ls + lse_off, lse, mask=row_ok)
+
+
+@triton.jit
+def kvcache_append_kernel(
+    KNew, VNew, KCache, VCache, CacheSeqlens, CacheLeftpad, CacheBatchIdx, BlockTable,
+    stride_knb, stride_knm, stride_knh, stride_vnb, stride_vnm, stride_vnh,
+    stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_bt,
+    seqlen_new, capacity, cache_rows, num_pages, page_size,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, HAS_SEQLENS: tl.constexpr,
+    HAS_LEFTPAD: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, PAGED: tl.constexpr,
+):
+    """Write new key/value rows j of sequence b at cache positions cache_seqlens[b] + j. A sequence that
+    fails a check (the attention kernel reports it) writes nothing."""
+    start_m = tl.program_id(0) * BLOCK_M
+    off_b = tl.program_id(1)
+    off_hk = tl.program_id(2)
+    cache_len, _, kv_row, bits = cache_sequence(off_b, CacheSeqlens, CacheLeftpad, CacheBatchIdx, seqlen_new,
+                                                capacity, cache_rows, HAS_SEQLENS, HAS_LEFTPAD, HAS_BATCH_IDX)
+    if bits == 0:
+        rows = start_m + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        valid = rows < seqlen_new
+        outer, inner, bad = kv_row_coords(BlockTable, kv_row, cache_len + rows, valid, stride_bt, page_size,
+                                          num_pages, PAGED)
+        mask = row_mask(valid & ~bad, offs_d, HEAD_DIM, BLOCK_D)
+        off_b64 = off_b.to(tl.int64)
+        src = rows[:, None].to(tl.int64)
+        k = tl.load(KNew + off_b64 * stride_knb + src * stride_knm + off_hk * stride_knh + offs_d[None, :], mask=mask)
+        v = tl.load(VNew + off_b64 * stride_vnb + src * stride_vnm + off_hk * stride_vnh + offs_d[None, :], mask=mask)
+        tl.store(kv_row_ptrs(KCache, outer, inner, off_hk, stride_kb, stride_kn, stride_kh, offs_d), k, mask=mask)
+        tl.store(kv_row_ptrs(VCache, outer, inner, off_hk, stride_vb, stride_vn, stride_vh, offs_d), v, mask=mask)
+
+
+def pack_group(seqlen_q: int, group: int) -> int:
+    """Query heads sharing a tile: the whole GQA group when the query rows are few."""
+    g_pad = triton.next_power_of_2(group)
+    return group if group > 1 and seqlen_q * g_pad <= 128 else 1
+
+
+def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: torch.device) -> int:
+    """Splits of the keys from static shapes only (no sync: a decode step stays capturable): enough
+    programs for about four per SM, each with at least four key tiles."""
+    if device.type != "cuda" or programs == 0:
+        return 1
+    n_sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    if programs >= 2 * n_sms:
+        return 1
+    return max(1, min(cdiv(4 * n_sms, programs), cdiv(capacity, 4 * block_n), 128))
+
+
+_sm_counts: dict[int, int] = {}
+
+
+def _sm_count(index: int) -> int:
+    count = _sm_counts.get(index)
+    if count is None:
+        count = _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return count
+
+
+class KVCachePlan:
+    """The launches of one flash_attn_with_kvcache (or paged varlen) shape and option set.
+
+    q is (batch, seqlen_q, heads, dim), or packed (total_q, heads, dim) with opts.cu_seqlens_q; the
+    caches are (cache rows, capacity, heads_k, dim) or pages (num_pages, page_size, heads_k, dim) with
+    a block table."""
+
+    def __init__(self, q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
+                 opts: AttnOptions, num_splits: int) -> None:
+        varlen = opts.varlen
+        if varlen:
+            batch, seqlen_q = opts.cu_seqlens_q.shape[0] - 1, opts.max_seqlen_q
+            nheads, head_dim = q.shape[1], q.shape[2]
+            q_strides = (0, q.stride(0), q.stride(1))
+        else:
+            batch, seqlen_q, nheads, head_dim = q.shape
+            q_strides = q.stride()[:3]
+        nheads_k = k_cache.shape[2]
+        group = nheads // nheads_k
+        paged = block_table is not None
+        if paged:
+            num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
+            capacity, cache_rows = block_table.shape[1] * page_size, block_table.shape[0]
+        else:
+            num_pages, page_size = 1, 1
+            capacity, cache_rows = k_cache.shape[1], k_cache.shape[0]
+        seqlen_new = 0 if k_new is None else k_new.shape[1]
+        block_d = padded_head_dim(head_dim)
+        g = pack_group(seqlen_q, group)
+        g_pad = triton.next_power_of_2(g)
+        rows = seqlen_q * g_pad
+        block_m = max(16, min(triton.next_power_of_2(rows), 16 if INTERPRET else 64))
+        block_n = 16 if INTERPRET else (64 if block_d > 128 else 128)
+        m_tiles = cdiv(rows, block_m)
+        programs = m_tiles * batch * (nheads // g)
+        if num_splits <= 0:
+            num_splits = num_splits_heuristic(programs, capacity, block_n, q.device)
+        self.num_splits = num_splits = max(1, min(num_splits, 256))
+        self.batch, self.seqlen_q, self.varlen = batch, seqlen_q, varlen
+        self.out_shape, self.dtype, self.device = q.shape, q.dtype, q.device
+        self.empty = batch * seqlen_q * nheads == 0
+        total_q = q.shape[0] if varlen else batch * seqlen_q
+        # final outputs: out like q, lse (batch, heads, seqlen_q) or packed (heads, total_q)
+        self.lse_shape = (nheads, total_q) if varlen else (batch, nheads, seqlen_q)
+        if num_splits > 1:
+            # partials in combine.py's layout (splits, batch, seqlen, heads, dim); packed q is one batch entry
+            pb, ps = (1, total_q) if varlen else (batch, seqlen_q)
+            self.partial_shape = (num_splits, pb, ps, nheads, head_dim)
+            sp = torch.empty(self.partial_shape, device="meta").stride()
+            o_strides = (sp[0], 0 if varlen else sp[1], sp[2], sp[3])
+            lse_p = torch.empty(self.partial_shape[:4], device="meta").stride()
+            l_strides = (lse_p[0], 0 if varlen else lse_p[1], lse_p[2], lse_p[3])
+        else:
+            self.partial_shape = None
+            so = torch.empty(q.shape, device="meta").stride()
+            o_strides = (0, 0, so[0], so[1]) if varlen else (0, so[0], so[1], so[2])
+            sl = torch.empty(self.lse_shape, device="meta").stride()
+            l_strides = (0, 0, 1, sl[0]) if varlen else (0, sl[0], 1, sl[1])
+        named = opts.kernel_args()
+        for unused in ("dropout_p", "HAS_DROPOUT"):
+            del named[unused]
+        stride_bt = block_table.stride(0) if paged else 0
+        flags = dict(HAS_SEQLENS=cache_seqlens is not None, HAS_LEFTPAD=cache_leftpad is not None,
+                     HAS_BATCH_IDX=cache_batch_idx is not None, PAGED=paged)
+        self.attend = Launch(
+            kvcache_attention_kernel, (m_tiles, batch * (nheads // g), num_splits),
+            (*q_strides, *k_cache.stride()[:3], *v_cache.stride()[:3], *o_strides, *l_strides, stride_bt),
+            dict(named, nheads=nheads, group=group, seqlen_q=seqlen_q, seqlen_new=seqlen_new, capacity=capacity,
+                 cache_rows=cache_rows, num_pages=num_pages, page_size=page_size, total_q=total_q,
+                 HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, G=g, G_PAD=g_pad,
+                 NUM_SPLITS=num_splits, INTERPRET=INTERPRET, **flags),
+            4, 1 if INTERPRET else 3)
+        self.append = None
+        if seqlen_new > 0:
+            block = 16
+            self.append = Launch(
+                kvcache_append_kernel, (cdiv(seqlen_new, block), batch, nheads_k),
+                (*k_new.stride()[:3], *v_new.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], stride_bt,
+                 seqlen_new, capacity, cache_rows, num_pages, page_size),
+                dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block, **flags), 4, 1)
+
+    def __call__(self, q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
+                 opts: AttnOptions, flag: torch.Tensor, out: torch.Tensor, lse: torch.Tensor):
+        """Append, then attend into out / lse (allocated by the caller)."""
+        tables = (cache_seqlens, cache_leftpad, cache_batch_idx, block_table)
+        if self.append is not None:
+            self.append(k_new, v_new, k_cache, v_cache, *tables)
+        if self.empty:
+            return
+        if self.num_splits == 1:
+            self.attend(q, k_cache, v_cache, out, lse, flag, *tables, opts.cu_seqlens_q, opts.alibi_slopes)
+            return
+        from . import combine
+
+        out_p = torch.empty(self.partial_shape, dtype=torch.float32, device=self.device)
+        lse_p = torch.empty(self.partial_shape[:4], dtype=torch.float32, device=self.device)
+        self.attend(q, k_cache, v_cache, out_p, lse_p, flag, *tables, opts.cu_seqlens_q, opts.alibi_slopes)
+        # combine writes (batch, seqlen, heads) lse views: ours is (batch, heads, seqlen) or (heads, total);
+        # a row that sees no key gets the attention functions' +inf, not the merge's -inf
+        out_v = out.unsqueeze(0) if self.varlen else out
+        lse_v = lse.t().unsqueeze(0) if self.varlen else lse.transpose(1, 2)
+        combine.combine(out_p, lse_p, out_v, lse_v, empty_lse=float("inf"))
+
+
+_plans = PlanCache()
+
+
+def _layout(x: torch.Tensor | None):
+    return None if x is None else (x.shape, x.stride(), x.dtype, align(x))
+
+
+def kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
+                 opts: AttnOptions, num_splits: int) -> KVCachePlan:
+    key = (q.device, *(_layout(x) for x in (q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad,
+                                             cache_batch_idx, block_table)), opts.plan_key(), num_splits)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans.add(key, KVCachePlan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad,
+                                           cache_batch_idx, block_table, opts, num_splits))
+    return plan
+
+
+def kvcache_attention(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
+                      opts: AttnOptions, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append (k_new, v_new already rotated), then attend, on checked inputs; returns (out, lse)."""
+    device = q.device
+    raise_pending(device)  # a failed check of an earlier call
+    plan = kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx,
+                        block_table, opts, num_splits)
+    out = common.empty(q.shape, q.dtype, device)
+    lse = common.empty(plan.lse_shape, torch.float32, device)
+    plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, opts,
+         cu_seqlens.flag(device), out, lse)
+    if cu_seqlens.SYNC_CHECKS and device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+        raise_pending(device)
+    return out, lse
