@@ -255,7 +255,7 @@ class KVCachePlan:
         g_pad = triton.next_power_of_2(g)
         rows = seqlen_q * g_pad
         block_m = max(16, min(triton.next_power_of_2(rows), 16 if INTERPRET else 64))
-        block_n = 16 if INTERPRET else (64 if block_d > 128 else 128)
+        block_n = 16 if INTERPRET else 64
         m_tiles = cdiv(rows, block_m)
         programs = m_tiles * batch * (nheads // g)
         if num_splits <= 0:
@@ -294,7 +294,7 @@ class KVCachePlan:
                  cache_rows=cache_rows, num_pages=num_pages, page_size=page_size, total_q=total_q,
                  HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, G=g, G_PAD=g_pad,
                  NUM_SPLITS=num_splits, INTERPRET=INTERPRET, **flags),
-            4, 1 if INTERPRET else 3)
+            4, 1 if INTERPRET else (2 if block_d > 128 else 3))
         self.append = None
         if seqlen_new > 0:
             block = 16

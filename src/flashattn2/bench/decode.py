@@ -1,0 +1,232 @@
+"""python -m flashattn2.bench.decode: decoding (seqlen_q = 1) at the memory-bandwidth limit.
+
+bf16, head dim 128, 32 query heads over 8 KV heads (GQA) and over 32 (MHA). Effective bandwidth = bytes of
+K and V read / time, against the GPU's copy bandwidth measured in the same run (a device-to-device copy:
+bytes read + written / time). Peers on the same keys: SDPA (each backend that takes the shape) on a dense
+cache, FlexAttention if it compiles, and our flash_attn_func. Also: split-KV on and off at batch 1, page
+size 16, a CUDA-graph-captured decode loop, and the host time of one decode step.
+Writes <out-dir>/<stem>_decode.json and .md (the PNG: python benchmarks/plot_decode.py <json>).
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from .core import time_call
+from .overhead import per_call_us
+from .report import collect_meta, default_stem
+
+HDIM, NHEADS = 128, 32
+SDPA = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+        "sdpa-mem-eff": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def copy_bandwidth(gib: float = 2.0) -> float:
+    """GB/s of a device-to-device copy (bytes read + bytes written)."""
+    n = int(gib * 2**30) // 2
+    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    ms = time_call(lambda: dst.copy_(src), "cuda", trials=3)
+    return 2 * src.numel() * 2 / ms / 1e6
+
+
+def _kv_bytes(batch, seqlen, nheads_k):
+    return 2 * batch * seqlen * nheads_k * HDIM * 2
+
+
+def _paged(k_cache, page):
+    batch, seqlen = k_cache.shape[:2]
+    per_seq = seqlen // page
+    table = torch.randperm(batch * per_seq, device="cuda").view(batch, per_seq).to(torch.int32)
+    pool = torch.empty(batch * per_seq, page, *k_cache.shape[2:], dtype=k_cache.dtype, device="cuda")
+    pool[table.long()] = k_cache.view(batch, per_seq, page, *k_cache.shape[2:])
+    return pool, table
+
+
+def _flex(q, k, v):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    compiled = torch.compile(flex_attention, dynamic=False)
+    return lambda: compiled(q, k, v, enable_gqa=k.shape[1] != q.shape[1])
+
+
+def measure(batch: int, seqlen: int, nheads_k: int, peers: bool, flex: bool) -> dict:
+    from flashattn2 import flash_attn_func, flash_attn_with_kvcache
+
+    q = torch.randn(batch, 1, NHEADS, HDIM, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(batch, seqlen, nheads_k, HDIM, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    gb = _kv_bytes(batch, seqlen, nheads_k) / 1e9
+    row = {"batch": batch, "seqlen": seqlen, "nheads_k": nheads_k, "kv_gb": gb}
+    calls = {"ours": lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlen)}
+    if batch == 1 or seqlen >= 32768:
+        calls["ours-nosplit"] = lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlen, num_splits=1)
+    if seqlen % 16 == 0:
+        kp, table = _paged(k, 16)
+        vp = torch.empty_like(kp)
+        vp[table.long()] = v.view(batch, seqlen // 16, 16, nheads_k, HDIM)
+        calls["ours-page16"] = lambda: flash_attn_with_kvcache(q, kp, vp, cache_seqlens=seqlen, block_table=table)
+    if peers:
+        calls["ours-flash_attn_func"] = lambda: flash_attn_func(q, k, v)
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        for name, backend in SDPA.items():
+            def sdpa(backend=backend):
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=nheads_k != NHEADS)
+            calls[name] = sdpa
+        if flex:
+            calls["flex"] = _flex(qt, kt.contiguous(), vt.contiguous())
+    for name, fn in calls.items():
+        try:
+            fn()
+            ms = time_call(fn, "cuda", trials=3)
+            row[f"{name}_us"] = ms * 1e3
+            row[f"{name}_gbps"] = gb / ms * 1e3
+        except Exception as exc:  # a peer that refuses the shape is a result, not a failure
+            row[f"{name}_error"] = str(exc).splitlines()[0][:160]
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def graph_loop(batch: int = 8, seqlen: int = 8192, nheads_k: int = 8, steps: int = 64) -> dict:
+    """Per-step time of a decode loop (append one token, attend) run eagerly and replayed from a CUDA graph."""
+    from flashattn2 import flash_attn_with_kvcache
+
+    k = torch.randn(batch, seqlen + steps, nheads_k, HDIM, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    q = torch.randn(batch, 1, NHEADS, HDIM, device="cuda", dtype=torch.bfloat16)
+    kn = torch.randn(batch, 1, nheads_k, HDIM, device="cuda", dtype=torch.bfloat16)
+    vn = torch.randn_like(kn)
+    lens = torch.full((batch,), seqlen, dtype=torch.int32, device="cuda")
+
+    def step():
+        flash_attn_with_kvcache(q, k, v, kn, vn, cache_seqlens=lens, causal=True)
+        lens.add_(1)
+
+    step()
+    lens.fill_(seqlen)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    eager_us = (time.perf_counter() - t0) / steps * 1e6
+    lens.fill_(seqlen)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    lens.fill_(seqlen)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        graph.replay()
+    torch.cuda.synchronize()
+    graph_us = (time.perf_counter() - t0) / steps * 1e6
+    row = {"batch": batch, "seqlen": seqlen, "nheads_k": nheads_k, "steps": steps, "eager_us_per_step": eager_us,
+           "graph_us_per_step": graph_us}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def host_time() -> dict:
+    """Wall time per call of back-to-back small decode steps (host-bound), next to the training path."""
+    from flashattn2 import flash_attn_func, flash_attn_with_kvcache
+
+    q = torch.randn(1, 1, NHEADS, HDIM, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 1024, 8, HDIM, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    kn = torch.randn(1, 1, 8, HDIM, device="cuda", dtype=torch.bfloat16)
+    lens = torch.full((1,), 512, dtype=torch.int32, device="cuda")
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    steps = {
+        "with_kvcache (append + attend)": (None, lambda: flash_attn_with_kvcache(q, k, v, kn, kn, cache_seqlens=lens)),
+        "with_kvcache (attend)": (None, lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=lens)),
+        "flash_attn_func": (None, lambda: flash_attn_func(q, k, v)),
+        "sdpa (default backend)": (None, lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)),
+    }
+    result = per_call_us(steps, iters=300, repeats=5)
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def markdown(result: dict) -> str:
+    meta, rows = result["meta"], result["rows"]
+    copy = result["copy_gbps"]
+    lines = ["# flashattn2 decoding (seqlen_q = 1)", ""] + [f"- {k}: {v}" for k, v in meta.items()] + [
+        f"- copy bandwidth (device-to-device, read + write): {copy:.0f} GB/s", "",
+        f"bf16, head dim {HDIM}, {NHEADS} query heads; cache full to seqlen. GB/s = bytes of K and V / time; "
+        "% = of the copy bandwidth.", ""]
+    names = []
+    for r in rows:
+        names += [k[:-5] for k in r if k.endswith("_gbps") and k[:-5] not in names]
+    lines += ["| kv heads | batch | cache | KV GB | " + " | ".join(f"{n} GB/s (%)" for n in names) + " |",
+              "|---:|---:|---:|---:|" + "---:|" * len(names)]
+    for r in rows:
+        cells = []
+        for n in names:
+            g = r.get(f"{n}_gbps")
+            cells.append("n/a" if g is None else f"{g:.0f} ({100 * g / copy:.0f}%)")
+        head = f"| {r['nheads_k']} | {r['batch']} | {r['seqlen']} | {r['kv_gb']:.3f} | "
+        lines.append(head + " | ".join(cells) + " |")
+    errors = {(n, e) for r in rows for n, e in r.items() if n.endswith("_error")}
+    if errors:
+        lines += ["", "Peers that refused a shape:"] + sorted({f"- {n[:-6]}: {e}" for n, e in errors})
+    g = result.get("graph")
+    if g:
+        lines += ["", f"Decode loop (append + attend, batch {g['batch']}, cache {g['seqlen']}, "
+                  f"{g['nheads_k']} kv heads): eager {g['eager_us_per_step']:.1f} us/step, "
+                  f"CUDA graph {g['graph_us_per_step']:.1f} us/step."]
+    h = result.get("host")
+    if h:
+        lines += ["", "Host-bound wall time per call (batch 1, cache 1k, back to back):", ""]
+        lines += [f"- {k}: {v:.1f} us" for k, v in h.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flashattn2.bench.decode", description=__doc__.split("\n")[0])
+    parser.add_argument("--out-dir", default="benchmarks/results")
+    parser.add_argument("--tag", default=None)
+    parser.add_argument("--batches", default="1,8,64")
+    parser.add_argument("--seqlens", default="1024,8192,32768,131072")
+    parser.add_argument("--no-flex", action="store_true")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: the decode benchmark needs one", file=sys.stderr)
+        return 2
+    start = time.time()
+    copy = copy_bandwidth()
+    print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
+    free = torch.cuda.mem_get_info()[0]
+    rows = []
+    for nheads_k in (8, 32):
+        for batch in map(int, args.batches.split(",")):
+            for seqlen in map(int, args.seqlens.split(",")):
+                # the cache, a paged copy and the peers' views must fit
+                if 3 * _kv_bytes(batch, seqlen, nheads_k) > 0.6 * free:
+                    continue
+                peers = seqlen <= 32768
+                flex = peers and not args.no_flex and batch == 8 and seqlen == 8192
+                rows.append(measure(batch, seqlen, nheads_k, peers, flex))
+                torch.cuda.empty_cache()
+    result = {"meta": collect_meta(torch.cuda.get_device_name(), argv), "copy_gbps": copy, "rows": rows,
+              "graph": graph_loop(), "host": host_time()}
+    result["meta"]["command"] = result["meta"]["command"].replace("flashattn2.bench", "flashattn2.bench.decode", 1)
+    result["meta"]["elapsed_s"] = round(time.time() - start, 1)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = (args.tag or default_stem(torch.cuda.get_device_name())) + "_decode"
+    (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (out_dir / f"{stem}.md").write_text(markdown(result))
+    print(f"wrote {out_dir / stem}.json and .md", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
