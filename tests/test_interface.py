@@ -84,7 +84,9 @@ def _varlen(total_q=10, total_k=12, nheads=2, head_dim=32):
     (lambda a: {**a, "max_seqlen_q": 3}, ValueError, "longer than max_seqlen"),
     (lambda a: {**a, "cu_seqlens_q": a["cu_seqlens_q"] + 1}, ValueError, "must start at 0"),
     (lambda a: {**a, "cu_seqlens_k": a["cu_seqlens_k"].flip(0)}, ValueError, "must start at 0"),
-    (lambda a: {**a, "block_table": torch.zeros(2, 1, dtype=torch.int32)}, NotImplementedError, "block_table"),
+    # with a block table, k and v are page pools (num_blocks, page_block_size, nheads_k, headdim)
+    (lambda a: {**a, "block_table": torch.zeros(2, 1, dtype=torch.int32, device=DEVICE)}, ValueError,
+     "with block_table, k must be"),
 ])
 def test_bad_varlen_inputs_raise_named_errors(change, error, match):
     from flashattn2 import flash_attn_varlen_func

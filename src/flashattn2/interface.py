@@ -427,8 +427,8 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     opts = _options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, causal, window_size,
                     softcap, alibi_slopes, False)
     seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
-    out, lse = kvcache_attention(_unit_last_stride(q), k, v, None, None, seqlens_k, None, None, block_table, opts,
-                                 0)
+    out, lse, _ = kvcache_attention(_unit_last_stride(q), k, v, None, None, seqlens_k, None, None, block_table,
+                                    opts, 0)
     return (out, lse, None) if return_attn_probs else out
 
 

@@ -4,7 +4,8 @@ bf16, head dim 128, 32 query heads over 8 KV heads (GQA) and over 32 (MHA). Effe
 K and V read / time, against the GPU's copy bandwidth measured in the same run (a device-to-device copy:
 bytes read + written / time). Peers on the same keys: SDPA (each backend that takes the shape) on a dense
 cache, FlexAttention if it compiles, and our flash_attn_func. Also: split-KV on and off at batch 1, page
-size 16, a CUDA-graph-captured decode loop, and the host time of one decode step.
+size 16, a CUDA-graph-captured decode loop, and the host time of one decode step. "ours-graph" is our call
+replayed from a CUDA graph: its kernels' time without the host's (every other column is an eager call).
 Writes <out-dir>/<stem>_decode.json and .md (the PNG: python benchmarks/plot_decode.py <json>).
 """
 
@@ -56,6 +57,15 @@ def _flex(q, k, v):
     return lambda: compiled(q, k, v, enable_gqa=k.shape[1] != q.shape[1])
 
 
+def _graphed(fn):
+    """fn captured in a CUDA graph: the replay costs the kernels' time, not the host's."""
+    fn()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
 def measure(batch: int, seqlen: int, nheads_k: int, peers: bool, flex: bool) -> dict:
     from flashattn2 import flash_attn_func, flash_attn_with_kvcache
 
@@ -82,6 +92,7 @@ def measure(batch: int, seqlen: int, nheads_k: int, peers: bool, flex: bool) -> 
             calls[name] = sdpa
         if flex:
             calls["flex"] = _flex(qt, kt.contiguous(), vt.contiguous())
+    calls["ours-graph"] = _graphed(calls["ours"])
     for name, fn in calls.items():
         try:
             fn()

@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from .common import cdiv, padded_head_dim
+from .launch import Launch
 
 
 @triton.jit
@@ -60,10 +61,27 @@ def combine_kernel(
     tl.store(Lse + off_b * stride_Lb + off_m * stride_Lm + off_h * stride_Lh, lse, mask=valid)
 
 
+def combine_launch(partial_shape: tuple, out_strides: tuple, lse_strides: tuple,
+                   empty_lse: float = float("-inf")) -> Launch | None:
+    """The merge of contiguous partials of partial_shape (splits, batch, seqlen, heads, dim) into out and lse
+    with the given (batch, seqlen, heads) strides, as a Launch(out_partial, lse_partial, out, lse); None when
+    there is nothing to merge. empty_lse is the lse of a row whose every part is empty."""
+    n_splits, batch, seqlen, nheads, head_dim = partial_shape
+    n_rows = batch * seqlen * nheads
+    if n_rows == 0:
+        return None
+    block_r = 16
+    sp = (seqlen * nheads * head_dim, nheads * head_dim, head_dim)
+    partial = (batch * sp[0], *sp, batch * seqlen * nheads, seqlen * nheads, nheads, 1)
+    return Launch(combine_kernel, (cdiv(n_rows, block_r), 1, 1),
+                  (*partial[:4], *partial[4:], *out_strides[:3], *lse_strides, n_splits, n_rows, seqlen, nheads,
+                   empty_lse),
+                  dict(HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_R=block_r), 4, 1)
+
+
 def combine(out_partial: torch.Tensor, lse_partial: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
             empty_lse: float = float("-inf")) -> None:
-    """Launch the merge on checked tensors: out (batch, seqlen, heads, dim), lse (batch, seqlen, heads).
-    empty_lse is the lse of a row whose every part is empty (split-KV decoding wants +inf there)."""
+    """Launch the merge on checked tensors: out (batch, seqlen, heads, dim), lse (batch, seqlen, heads)."""
     n_splits, batch, seqlen, nheads, head_dim = out_partial.shape
     n_rows = batch * seqlen * nheads
     if n_rows == 0:

@@ -71,7 +71,7 @@ def check_and_poison_kernel(CuSeqlensQ, CuSeqlensK, Flag, A, B, C, blocks_a, blo
     bits |= _failed_checks(CuSeqlensK, batch, total_k, max_seqlen_k, BATCH_BLOCK) << 4
     if bits != 0:
         if tl.program_id(0) == 0:
-            tl.store(Flag + CU_SEQLENS_WORD, bits)
+            tl.store(Flag, bits)  # word 0 (CU_SEQLENS_WORD)
         _fill_nan(A, blocks_a, n_a, BLOCK)
         _fill_nan(B, blocks_b, n_b, BLOCK)
         _fill_nan(C, blocks_c, n_c, BLOCK)
@@ -116,7 +116,7 @@ def raise_pending(device: torch.device) -> None:
     """Raise for bad cu_seqlens or KV-cache tables that an earlier call on this device left in the flag,
     then clear it."""
     flag = _flags.get(-1 if device.type == "cpu" else device.index)
-    if flag is None or not flag.view.any():
+    if flag is None or not (flag.view[0] or flag.view[1]):
         return
     bits, cache_bits = int(flag.view[CU_SEQLENS_WORD]), int(flag.view[KVCACHE_WORD.value])
     flag.view[:] = 0

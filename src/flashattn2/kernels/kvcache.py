@@ -21,6 +21,7 @@ import triton.language as tl
 
 from . import common, cu_seqlens
 from .block_range import kv_range_for_q_tile
+from .combine import combine_launch
 from .common import INTERPRET, LOG2E, cdiv, mma, padded_head_dim, round_to
 from .cu_seqlens import KVCACHE_WORD, raise_pending
 from .launch import Launch, PlanCache, align
@@ -110,7 +111,8 @@ def kvcache_attention_kernel(
     if HAS_ALIBI:
         alibi_slope = (tl.load(AlibiSlopes + off_b64 * stride_alibi_b + head) * LOG2E)[:, None]
 
-    n_lo, _, _, n_hi = kv_range_for_q_tile(start_q, seqlen_q, seqlen_k, window_left, window_right,
+    # (a name bound here must not be rebound to another type inside the loop: Triton carries it)
+    n_lo, _full_lo, _full_hi, n_hi = kv_range_for_q_tile(start_q, seqlen_q, seqlen_k, window_left, window_right,
                                            BLOCK_M // G_PAD, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     if NUM_SPLITS > 1:
         per_split = tl.cdiv(tl.cdiv(n_hi - n_lo, BLOCK_N), NUM_SPLITS) * BLOCK_N
@@ -133,8 +135,8 @@ def kvcache_attention_kernel(
                          BLOCK_D)
         qk = mma(q, tl.trans(k), None, INTERPRET)
         if HAS_SOFTCAP or HAS_ALIBI:
-            qk, _ = transformed_scores(qk, q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale,
-                                       softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
+            qk, _tanh = transformed_scores(qk, q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale,
+                                           softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
             scale_log2 = 1.0
         else:
             scale_log2 = qk_scale
@@ -203,14 +205,15 @@ def pack_group(seqlen_q: int, group: int) -> int:
 
 
 def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: torch.device) -> int:
-    """Splits of the keys from static shapes only (no sync: a decode step stays capturable): enough
-    programs for about four per SM, each with at least four key tiles."""
+    """Splits of the keys from static shapes only (no sync: a decode step stays capturable): about one
+    program per SM, each with at least four key tiles. Measured on an H100 (scripts/kvcache_splits.py):
+    one program per SM beat two to four per SM by 10-25% at batch 1."""
     if device.type != "cuda" or programs == 0:
         return 1
     n_sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    if programs >= 2 * n_sms:
+    if programs >= n_sms:
         return 1
-    return max(1, min(cdiv(4 * n_sms, programs), cdiv(capacity, 4 * block_n), 128))
+    return max(1, min(cdiv(n_sms, programs), cdiv(capacity, 4 * block_n), 128))
 
 
 _sm_counts: dict[int, int] = {}
@@ -295,6 +298,16 @@ class KVCachePlan:
                  HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, G=g, G_PAD=g_pad,
                  NUM_SPLITS=num_splits, INTERPRET=INTERPRET, **flags),
             4, 1 if INTERPRET else (2 if block_d > 128 else 3))
+        self.combine = None
+        if num_splits > 1:
+            # combine writes (batch, seqlen, heads) views of our out and lse: out as is, or packed as one batch
+            # entry; lse (batch, heads, seqlen) transposed, or packed (heads, total) as one batch entry
+            so = torch.empty(q.shape, device="meta").stride()
+            sl = torch.empty(self.lse_shape, device="meta").stride()
+            out_v = (0, so[0], so[1]) if varlen else so[:3]
+            lse_v = (0, 1, sl[0]) if varlen else (sl[0], sl[2], sl[1])
+            # a row that sees no key gets the attention functions' +inf, not the merge's -inf
+            self.combine = combine_launch(self.partial_shape, out_v, lse_v, empty_lse=float("inf"))
         self.append = None
         if seqlen_new > 0:
             block = 16
@@ -315,16 +328,11 @@ class KVCachePlan:
         if self.num_splits == 1:
             self.attend(q, k_cache, v_cache, out, lse, flag, *tables, opts.cu_seqlens_q, opts.alibi_slopes)
             return
-        from . import combine
-
         out_p = torch.empty(self.partial_shape, dtype=torch.float32, device=self.device)
         lse_p = torch.empty(self.partial_shape[:4], dtype=torch.float32, device=self.device)
         self.attend(q, k_cache, v_cache, out_p, lse_p, flag, *tables, opts.cu_seqlens_q, opts.alibi_slopes)
-        # combine writes (batch, seqlen, heads) lse views: ours is (batch, heads, seqlen) or (heads, total);
-        # a row that sees no key gets the attention functions' +inf, not the merge's -inf
-        out_v = out.unsqueeze(0) if self.varlen else out
-        lse_v = lse.t().unsqueeze(0) if self.varlen else lse.transpose(1, 2)
-        combine.combine(out_p, lse_p, out_v, lse_v, empty_lse=float("inf"))
+        if self.combine is not None:
+            self.combine(out_p, lse_p, out, lse)
 
 
 _plans = PlanCache()
@@ -346,12 +354,14 @@ def kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad
 
 
 def kvcache_attention(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
-                      opts: AttnOptions, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Append (k_new, v_new already rotated), then attend, on checked inputs; returns (out, lse)."""
+                      opts: AttnOptions, num_splits: int, plan: KVCachePlan | None = None):
+    """Append (k_new, v_new already rotated), then attend, on checked inputs; returns (out, lse, plan).
+    plan is kvcache_plan's for these inputs, where the caller has it already."""
     device = q.device
     raise_pending(device)  # a failed check of an earlier call
-    plan = kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx,
-                        block_table, opts, num_splits)
+    if plan is None:
+        plan = kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx,
+                            block_table, opts, num_splits)
     out = common.empty(q.shape, q.dtype, device)
     lse = common.empty(plan.lse_shape, torch.float32, device)
     plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, opts,
@@ -359,4 +369,4 @@ def kvcache_attention(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_le
     if cu_seqlens.SYNC_CHECKS and device.type == "cuda":
         torch.cuda.current_stream(device).synchronize()
         raise_pending(device)
-    return out, lse
+    return out, lse, plan
