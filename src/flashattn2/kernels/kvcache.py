@@ -204,16 +204,34 @@ def pack_group(seqlen_q: int, group: int) -> int:
     return group if group > 1 and seqlen_q * g_pad <= 128 else 1
 
 
-def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: torch.device) -> int:
+def kv_tiles(block_d: int, paged: bool) -> tuple[int, int]:
+    """(keys per tile, pipeline stages). Dense: 64 keys, three stages. Paged: 128 keys, two stages, measured
+    10-25% faster than 64 x 3 at page size 16 (scripts/kvcache_paged_sweep.py, H100): each tile's rows wait on
+    its block-table entries, so fewer, larger tiles keep more bytes in flight."""
+    if INTERPRET:
+        return 16, 1
+    if block_d > 128:
+        return 64, 2  # K and V stages of 128 keys would not fit in shared memory
+    return (128, 2) if paged else (64, 3)
+
+
+# programs per SM that split-KV aims at, dense and paged: measured best on an H100 at batch 1-8
+# (scripts/kvcache_splits.py, scripts/kvcache_paged_sweep.py)
+PROGRAMS_PER_SM = {False: 1, True: 2}
+
+
+def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: torch.device,
+                         paged: bool = False) -> int:
     """Splits of the keys from static shapes only (no sync: a decode step stays capturable): about one
     program per SM, each with at least four key tiles. Measured on an H100 (scripts/kvcache_splits.py):
     one program per SM beat two to four per SM by 10-25% at batch 1."""
     if device.type != "cuda" or programs == 0:
         return 1
     n_sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-    if programs >= n_sms:
+    target = PROGRAMS_PER_SM[paged] * n_sms
+    if programs >= target:
         return 1
-    return max(1, min(cdiv(n_sms, programs), cdiv(capacity, 4 * block_n), 128))
+    return max(1, min(cdiv(target, programs), cdiv(capacity, 4 * block_n), 128))
 
 
 _sm_counts: dict[int, int] = {}
@@ -258,11 +276,11 @@ class KVCachePlan:
         g_pad = triton.next_power_of_2(g)
         rows = seqlen_q * g_pad
         block_m = max(16, min(triton.next_power_of_2(rows), 16 if INTERPRET else 64))
-        block_n = 16 if INTERPRET else 64
+        block_n, num_stages = kv_tiles(block_d, paged)
         m_tiles = cdiv(rows, block_m)
         programs = m_tiles * batch * (nheads // g)
         if num_splits <= 0:
-            num_splits = num_splits_heuristic(programs, capacity, block_n, q.device)
+            num_splits = num_splits_heuristic(programs, capacity, block_n, q.device, paged)
         self.num_splits = num_splits = max(1, min(num_splits, 256))
         self.batch, self.seqlen_q, self.varlen = batch, seqlen_q, varlen
         self.out_shape, self.dtype, self.device = q.shape, q.dtype, q.device
@@ -297,7 +315,7 @@ class KVCachePlan:
                  cache_rows=cache_rows, num_pages=num_pages, page_size=page_size, total_q=total_q,
                  HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, G=g, G_PAD=g_pad,
                  NUM_SPLITS=num_splits, INTERPRET=INTERPRET, **flags),
-            4, 1 if INTERPRET else (2 if block_d > 128 else 3))
+            4, num_stages)
         self.combine = None
         if num_splits > 1:
             # combine writes (batch, seqlen, heads) views of our out and lse: out as is, or packed as one batch
