@@ -439,3 +439,25 @@ def test_64_bit_cache_offsets():
 def test_flag_words_are_separate():
     assert cu_checks.KVCACHE_WORD.value != cu_checks.CU_SEQLENS_WORD
     assert flashattn2.flash_attn_with_kvcache is flash_attn_with_kvcache
+
+
+def test_a_repeated_call_skips_the_checks_but_not_the_work():
+    from flashattn2 import inference
+
+    inference._seen.clear()
+    q, k_cache, v_cache, cache_seqlens, kw = _make_case("decode_gqa_append", torch.bfloat16, seed=11)
+    kw.pop("cache_seqlens")
+    cache_seqlens = torch.tensor([5, 9, 20], dtype=torch.int32, device=DEVICE)
+    first_k = k_cache.clone()
+    out1 = flash_attn_with_kvcache(q, k_cache, v_cache, **kw, cache_seqlens=cache_seqlens)
+    assert len(inference._seen) == 1
+    # the same layouts again, one step later: remembered, and the append lands one row further
+    out2 = flash_attn_with_kvcache(q, k_cache, v_cache, **kw, cache_seqlens=cache_seqlens + 1)
+    assert len(inference._seen) == 1
+    for i in range(q.shape[0]):
+        assert torch.equal(k_cache[i, int(cache_seqlens[i]) + 1], kw["k"][i, 0])
+    assert not torch.equal(out1, out2)
+    assert not torch.equal(k_cache, first_k)
+    # a changed shape is checked afresh
+    with pytest.raises(ValueError, match="seqlen_new, nheads_k"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, kw["k"][:, :, :1], kw["v"], cache_seqlens=cache_seqlens)

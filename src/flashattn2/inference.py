@@ -14,7 +14,7 @@ from .kernels.common import INTERPRET
 from .kernels.kvcache import kvcache_attention
 from .kernels.launch import PlanCache
 from .kernels.params import AttnOptions
-from .ops import _traced
+from .ops import _device_guard, _traced
 from .rotary import rotate
 
 _OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -309,23 +309,31 @@ def _layout(x):
 def _seen_key(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
               block_table, alibi_slopes, softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits):
     """The key of a call in _seen, or None when an argument is not of a plain type (the checks judge it)."""
-    try:
-        tensors = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, block_table,
-                   alibi_slopes)
-        if any(x is not None and type(x) is not torch.Tensor for x in tensors):
+    key = []
+    for x in (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, block_table,
+              alibi_slopes):
+        if x is None:
+            key.append(None)
+        elif type(x) is torch.Tensor:
+            key.append((x.shape, x.stride(), x.dtype, x.device, x.data_ptr() & 15))
+        else:
             return None
-        seqlens = cache_seqlens if type(cache_seqlens) is int or cache_seqlens is None else _layout(cache_seqlens)
-        return (*map(_layout, tensors), seqlens, softmax_scale, bool(causal), tuple(window_size), softcap,
-                rotary_interleaved, num_splits)
-    except (AttributeError, TypeError):
+    if type(cache_seqlens) is torch.Tensor:
+        key.append(_layout(cache_seqlens))
+    elif cache_seqlens is None or type(cache_seqlens) is int:
+        key.append(cache_seqlens)
+    else:
         return None
+    if type(window_size) is not tuple:
+        return None
+    return (*key, softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits)
 
 
 def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
              block_table, opts: AttnOptions, rotary_interleaved: bool, num_splits: int, plan=None):
     """Rotate, append, attend: (out, lse, plan). The op's body, called directly by eager calls: the op's
     dispatch costs more host time than a decode step's kernels."""
-    with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
+    with _device_guard(q):
         if rotary_cos is not None:
             k = rotate(k, rotary_cos, rotary_sin, rotary_interleaved, False, cache_seqlens, None, None, False)
             if opts.window_left >= 0 or opts.window_right >= 0:
