@@ -18,6 +18,7 @@ from .interface import (
 )
 from .reference import attention_ref
 from .rotary import apply_rotary_emb
+from .sdpa import scaled_dot_product_attention
 
 __version__ = "0.2.0"
 
@@ -31,6 +32,7 @@ __all__ = [
     "flash_attn_with_kvcache",
     "flash_attn_combine",
     "apply_rotary_emb",
+    "scaled_dot_product_attention",
     "unpad_input",
     "pad_input",
     "attention_ref",
