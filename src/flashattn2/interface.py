@@ -20,8 +20,6 @@ from .ops import attention
 
 MAX_HEAD_DIM = 256
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-# Row offsets inside the kernels are 32-bit: seqlen * row stride must stay below this.
-_MAX_ROW_OFFSET = 2**31
 
 
 # ----------------------------------------------------------------------------------------------
@@ -69,12 +67,6 @@ def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if nheads_k == 0 or nheads % nheads_k != 0:
         raise ValueError(f"the number of query heads ({nheads}) must be divisible by the number of "
                          f"key/value heads ({nheads_k})")
-
-
-def _check_row_offsets(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row_dim: int) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if x.shape[row_dim] * x.stride(row_dim) >= _MAX_ROW_OFFSET:
-            raise ValueError(f"{name} is too large: seqlen * row stride must stay below 2**31 elements")
 
 
 def _softmax_scale(softmax_scale: float | None, head_dim: int) -> float:
@@ -261,7 +253,6 @@ def flash_attn_func(
     # a copy made here for a non-unit last stride would not match the key's tensors
     remember = key is not None and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
     q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
-    _check_row_offsets(q, k, v, 1)
     opts = _options(q, None, None, q.shape[1], seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap,
                     alibi_slopes, deterministic)
     plan = None
@@ -394,7 +385,6 @@ def flash_attn_varlen_func(
     _check_heads(q, k, v)
     _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q)
     q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
-    _check_row_offsets(q, k, v, 0)
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                       softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
 

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from . import backends, common
 from .block_range import kv_range_for_q_tile, q_range_for_kv_tile
-from .common import INTERPRET, LOG2E, cdiv, load_rows, mma, padded_head_dim, round_to, store_rows
+from .common import INTERPRET, LOG2E, cdiv, load_rows, long_rows, mma, padded_head_dim, round_to, store_rows
 from .configs import BwdConfig, bwd_config
 from .dropout import dropout_keep
 from .launch import Launch, PlanCache, align
@@ -136,10 +136,16 @@ def attention_bwd_dkdv_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr,
-    TMA_DQ: tl.constexpr, INTERPRET: tl.constexpr,
+    TMA_DQ: tl.constexpr, INTERPRET: tl.constexpr, LONG_ROWS: tl.constexpr = False,
 ):
     """dK and dV for one key tile of one kv head, summed over the query heads that share it (GQA).
     With USE_TMA, Q and dOut are row_tiles descriptors; with TMA_DQ, so is the fp32 dQ accumulator."""
+    if LONG_ROWS:
+        # row index x row stride can pass 2**31 inside one sequence: 64-bit strides widen every row offset
+        stride_qm, stride_kn, stride_vn, stride_dom = (stride_qm.to(tl.int64), stride_kn.to(tl.int64),
+                                                       stride_vn.to(tl.int64), stride_dom.to(tl.int64))
+        stride_dqm, stride_dkn, stride_dvn = (stride_dqm.to(tl.int64), stride_dkn.to(tl.int64),
+                                              stride_dvn.to(tl.int64))
     start_n = tl.program_id(0) * BLOCK_N
     pid_bhk = tl.program_id(1)
     off_b = pid_bhk // nheads_k
@@ -272,9 +278,13 @@ def attention_bwd_dq_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
+    LONG_ROWS: tl.constexpr = False,
 ):
     """dQ for one query tile: no atomics, so it is bitwise reproducible. With USE_TMA, K and V are
     row_tiles descriptors."""
+    if LONG_ROWS:
+        stride_qm, stride_kn, stride_vn = stride_qm.to(tl.int64), stride_kn.to(tl.int64), stride_vn.to(tl.int64)
+        stride_dom, stride_dqm = stride_dom.to(tl.int64), stride_dqm.to(tl.int64)
     start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
     off_b = pid_bh // nheads
@@ -372,6 +382,7 @@ class BackwardPlan:
         named = dict(nheads=nheads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=total_q, total_k=total_k,
                      softmax_scale=opts.softmax_scale, HEAD_DIM=head_dim, BLOCK_D=block_d, INTERPRET=INTERPRET,
                      USE_TMA=use_tma, **opts.kernel_args())
+        named["LONG_ROWS"] = long_rows(0 if varlen else 1, q, k, v, dout)
         self.dkdv = Launch(
             attention_bwd_dkdv_kernel, (cdiv(seqlen_k, cfg.block_n), batch * nheads_k, 1),
             (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),

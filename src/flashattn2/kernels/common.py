@@ -22,6 +22,25 @@ def empty(shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+# Row offsets inside one sequence (row index x row stride) are 32-bit unless they can reach this
+ROW_OFFSET_LIMIT = 2**31
+
+
+def long_rows(row_dim: int, *tensors) -> bool:
+    """True when a row offset inside one sequence can reach 2**31 elements, in these tensors or in contiguous
+    outputs of their shape: the kernels then compute row offsets in 64 bits (their LONG_ROWS flag; the
+    32-bit code of every other shape is unchanged)."""
+    for x in tensors:
+        if x is None:
+            continue
+        rows, inner = x.shape[row_dim], 1
+        for size in x.shape[row_dim + 1:]:
+            inner *= size
+        if rows * max(x.stride(row_dim), inner) >= ROW_OFFSET_LIMIT:
+            return True
+    return False
+
+
 def padded_head_dim(head_dim: int) -> int:
     """Tiles span a power of two >= 16 columns (tl.dot needs K >= 16); extra columns are masked."""
     return max(16, 1 << (head_dim - 1).bit_length())

@@ -6,7 +6,7 @@ import triton.language as tl
 
 from . import common
 from .block_range import kv_range_for_q_tile
-from .common import INTERPRET, LOG2E, cdiv, load_rows, mma, padded_head_dim, round_to, store_rows
+from .common import INTERPRET, LOG2E, cdiv, load_rows, long_rows, mma, padded_head_dim, round_to, store_rows
 from .configs import FwdConfig, fwd_config
 from .dropout import dropout_keep
 from .launch import Launch, PlanCache, align
@@ -67,6 +67,7 @@ def attention_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
+    LONG_ROWS: tl.constexpr = False,
 ):
     """Out = softmax(scores) V and Lse = logsumexp(scores) (natural log), scores = Q K^T * scale with
     the optional softcap, ALiBi bias and window mask; dropout on the probabilities that reach V.
@@ -75,6 +76,10 @@ def attention_fwd_kernel(
     strides but a unit last one, or packed (total, heads, head_dim) with cumulative lengths (varlen).
     GQA: query head h reads key head h // group. With USE_TMA, K and V are row_tiles descriptors.
     """
+    if LONG_ROWS:
+        # row index x row stride can pass 2**31 inside one sequence: 64-bit strides widen every row offset
+        stride_qm, stride_kn, stride_vn, stride_om = (stride_qm.to(tl.int64), stride_kn.to(tl.int64),
+                                                      stride_vn.to(tl.int64), stride_om.to(tl.int64))
     start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
     off_b = pid_bh // nheads
@@ -150,11 +155,13 @@ def dropout_probs_kernel(
     softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-    HAS_ALIBI: tl.constexpr, INTERPRET: tl.constexpr,
+    HAS_ALIBI: tl.constexpr, INTERPRET: tl.constexpr, LONG_ROWS: tl.constexpr = False,
 ):
     """Test-only: the normalised probabilities, negated where dropout dropped them (flash_attn's
     S_dmask encoding), into Probs (batch, heads, max_seqlen_q, max_seqlen_k). This is the one place that
     writes a seqlen_q x seqlen_k array, and only for return_attn_probs=True with dropout."""
+    if LONG_ROWS:
+        stride_qm, stride_kn = stride_qm.to(tl.int64), stride_kn.to(tl.int64)
     start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
     off_b = pid_bh // nheads
@@ -218,6 +225,7 @@ class ForwardPlan:
         named = dict(nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                      total_q=q.shape[0], total_k=k.shape[0], HEAD_DIM=head_dim, BLOCK_D=block_d,
                      INTERPRET=INTERPRET, **opts.kernel_args())
+        named["LONG_ROWS"] = long_rows(0 if varlen else 1, q, k, v)
         self.attend = Launch(
             attention_fwd_kernel, (cdiv(seqlen_q, cfg.block_m), batch * nheads, 1),
             (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *out_strides, lse_sb, lse_sh),

@@ -398,6 +398,8 @@ def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tenso
         return "dropout"
     if not tma_usable(q, *tensors):
         return "a stride or base address that TMA cannot read (16-byte alignment, unit last stride)"
+    if common.long_rows(1 if q.dim() == 4 else 0, q, *tensors):
+        return "row offsets past 2**31 elements inside a sequence (the Triton kernels take them in 64 bits)"
     return None
 
 
