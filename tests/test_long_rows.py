@@ -1,13 +1,17 @@
 """Row offsets past 2**31 elements inside one sequence: the LONG_ROWS variant of the Triton kernels (64-bit row
 offsets), chosen from the shapes; every other shape keeps the 32-bit code."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 import flashattn2
 from flashattn2 import attention_ref, flash_attn_func, flash_attn_varlen_func
 from flashattn2.kernels import backends, backward, common, forward
-from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, assert_close_to_ref, randn, reference_with_grads
+from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, ON_GPU, assert_close_to_ref, randn, reference_with_grads
 
 
 def test_the_flag_follows_the_shapes():
@@ -99,3 +103,38 @@ def test_two_million_tokens_with_a_window_on_the_gpu():
     pt, _ = attention_ref(qs, ks, vs, causal=True, window_size=(window, 0), upcast=False)
     assert_close_to_ref("out (last rows)", out[:, rows], ref, pt, FWD_FACTOR)
     assert torch.isfinite(dq).all() and torch.isfinite(dk[:, -1024:]).all() and torch.isfinite(dv[:, :1024]).all()
+
+
+_COMPILE = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from flashattn2.kernels import backward, forward
+
+base = dict(HEAD_DIM=128, BLOCK_D=128, HAS_LEFT=True, HAS_RIGHT=True, IS_VARLEN=False, HAS_SOFTCAP=False,
+            HAS_ALIBI=False, HAS_DROPOUT=False, USE_TMA=False, INTERPRET=False, CuSeqlensQ=None, CuSeqlensK=None,
+            AlibiSlopes=None, Seed=None, LONG_ROWS=True)
+ft = dict(Q="*bf16", K="*bf16", V="*bf16", Out="*bf16", Lse="*fp32", qk_scale="fp32", softcap_in2="fp32",
+          softcap_out="fp32", dropout_p="fp32")
+bt = dict(ft, dOut="*bf16", Delta="*fp32", dQ="*fp32", dK="*bf16", dV="*bf16", softmax_scale="fp32")
+for kernel, types, extra in ((forward.attention_fwd_kernel, ft, dict(BLOCK_M=128, BLOCK_N=64)),
+                             (backward.attention_bwd_dkdv_kernel, bt, dict(BLOCK_M=64, BLOCK_N=128, ATOMIC_DQ=False,
+                                                                           TMA_DQ=False)),
+                             (backward.attention_bwd_dq_kernel, bt, dict(BLOCK_M=128, BLOCK_N=64))):
+    names = kernel.arg_names
+    consts = {k: v for k, v in dict(base, **extra).items() if k in names}
+    sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
+    src = ASTSource(kernel, sig, {(names.index(n),): v for n, v in consts.items()})
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8)).asm["ptx"]
+    assert "mul.wide" in ptx or "mul.lo.s64" in ptx, kernel.__name__
+"""
+
+
+@pytest.mark.skipif(ON_GPU, reason="compile-only check for CPU CI; the GPU runs the kernels")
+def test_long_rows_variants_compile_for_sm90():
+    # the interpreter runs Python, not Triton's compiler: a kernel it runs may still not compile
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(__file__), "..", "src"),
+                                         env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-4000:]
