@@ -102,6 +102,8 @@ CASES = {
     "full_capacity": (2, 3, 0, 2, 2, 32, 24, dict(no_seqlens=True, causal=True)),
     "int_seqlens": (2, 1, 1, 2, 2, 32, 24, dict(int_seqlens=True)),
     "head_dim_100": (2, 1, 1, 2, 2, 100, 24, dict(rotary=32)),
+    # a GQA group wider than the largest tile is not packed (the interpreter's tile holds 16 rows)
+    "mqa_wide_group": (1, 1, 1, 32, 1, 32, 33, dict(causal=True)),  # 33 keys: the last opens a tile
 }
 
 

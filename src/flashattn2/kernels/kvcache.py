@@ -198,10 +198,15 @@ def kvcache_append_kernel(
         tl.store(kv_row_ptrs(VCache, outer, inner, off_hk, stride_vb, stride_vn, stride_vh, offs_d), v, mask=mask)
 
 
+# the largest query tile of the KV-cache kernel
+MAX_BLOCK_M = 16 if INTERPRET else 64
+
+
 def pack_group(seqlen_q: int, group: int) -> int:
-    """Query heads sharing a tile: the whole GQA group when the query rows are few."""
+    """Query heads sharing a tile: the whole GQA group when the query rows are few and a tile holds the
+    group's (padded) heads of at least one query position."""
     g_pad = triton.next_power_of_2(group)
-    return group if group > 1 and seqlen_q * g_pad <= 128 else 1
+    return group if 1 < group and g_pad <= MAX_BLOCK_M and seqlen_q * g_pad <= 128 else 1
 
 
 def kv_tiles(block_d: int, paged: bool) -> tuple[int, int]:
@@ -222,9 +227,9 @@ PROGRAMS_PER_SM = {False: 1, True: 2}
 
 def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: torch.device,
                          paged: bool = False) -> int:
-    """Splits of the keys from static shapes only (no sync: a decode step stays capturable): about one
-    program per SM, each with at least four key tiles. Measured on an H100 (scripts/kvcache_splits.py):
-    one program per SM beat two to four per SM by 10-25% at batch 1."""
+    """Splits of the keys from static shapes only (no sync: a decode step stays capturable): about
+    PROGRAMS_PER_SM programs per SM, each with at least four key tiles. Measured on an H100: dense caches do
+    best at one program per SM (10-25% ahead of two to four at batch 1), paged ones at two."""
     if device.type != "cuda" or programs == 0:
         return 1
     n_sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
@@ -275,7 +280,7 @@ class KVCachePlan:
         g = pack_group(seqlen_q, group)
         g_pad = triton.next_power_of_2(g)
         rows = seqlen_q * g_pad
-        block_m = max(16, min(triton.next_power_of_2(rows), 16 if INTERPRET else 64))
+        block_m = max(16, min(triton.next_power_of_2(rows), MAX_BLOCK_M))
         block_n, num_stages = kv_tiles(block_d, paged)
         m_tiles = cdiv(rows, block_m)
         programs = m_tiles * batch * (nheads // g)
