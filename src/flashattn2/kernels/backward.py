@@ -24,7 +24,7 @@ from .dropout import dropout_keep
 from .launch import Launch, PlanCache, align
 from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
-from .scores import transformed_scores
+from .scores import masked_scores, transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
 from .tma import load_tile, row_tiles, tma_usable
 
@@ -241,17 +241,9 @@ def _dq_from_kv_tiles(dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride
                       BLOCK_N, MASKED, USE_TMA)
         v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_d, HEAD_DIM, BLOCK_D,
                       BLOCK_N, MASKED, USE_TMA)
-        s = mma(q, tl.trans(k), None, INTERPRET)
-        if HAS_SOFTCAP or HAS_ALIBI:
-            s, tanh_s = transformed_scores(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale,
-                                           softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
-            scale_log2 = 1.0
-        else:
-            scale_log2 = qk_scale
-        if MASKED:
-            visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left,
-                                 window_right, HAS_LEFT, HAS_RIGHT)
-            s = tl.where(visible, s, float("-inf"))
+        s, scale_log2, tanh_s = masked_scores(
+            q, k, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+            softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, INTERPRET)
         p = tl.math.exp2(s * scale_log2 - lse[:, None])
         dp = mma(do, tl.trans(v), None, INTERPRET)
         if HAS_DROPOUT:

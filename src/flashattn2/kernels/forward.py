@@ -12,7 +12,7 @@ from .dropout import dropout_keep
 from .launch import Launch, PlanCache, align
 from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
-from .scores import transformed_scores
+from .scores import masked_scores, transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
 from .softmax import finalize, online_softmax_update
 from .tma import load_tile, row_tiles, tma_usable
@@ -32,18 +32,9 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
         offs_n = start_n + offs_n0
         k = load_tile(k_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_kn, offs_d, HEAD_DIM, BLOCK_D,
                       BLOCK_N, MASKED, USE_TMA)
-        qk = mma(q, tl.trans(k), None, INTERPRET)
-        if HAS_SOFTCAP or HAS_ALIBI:
-            # the transform needs the scaled scores: they come back in log2 units
-            qk, _ = transformed_scores(qk, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale,
-                                       softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
-            softmax_scale_log2 = 1.0
-        else:
-            softmax_scale_log2 = qk_scale
-        if MASKED:
-            visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left,
-                                 window_right, HAS_LEFT, HAS_RIGHT)
-            qk = tl.where(visible, qk, float("-inf"))
+        qk, softmax_scale_log2, _tanh = masked_scores(
+            q, k, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+            softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, INTERPRET)
         p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, softmax_scale_log2, MASKED)
         v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_d, HEAD_DIM, BLOCK_D,
                       BLOCK_N, MASKED, USE_TMA)

@@ -7,6 +7,9 @@ with d = seqlen_k - seqlen_q, the order flash_attn uses (softcap first, then the
 import triton
 import triton.language as tl
 
+from .common import mma
+from .mask import score_mask
+
 
 @triton.jit
 def softcap_tanh(qk, softcap_in2):
@@ -33,3 +36,27 @@ def transformed_scores(qk, q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, softcap_i
     if HAS_ALIBI:
         s = s - alibi_slope * tl.abs(q_idx + (seqlen_k - seqlen_q) - k_idx).to(tl.float32)
     return s, t
+
+
+@triton.jit
+def masked_scores(q, k, q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
+                  softcap_out, alibi_slope, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                  HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MASKED: tl.constexpr,
+                  INTERPRET: tl.constexpr):
+    """The scores of one tile, q rows against k rows: q k^T, softcap and ALiBi, then the window and sequence-end
+    mask (-inf where hidden) on MASKED tiles only. q_idx and k_idx come pre-broadcast.
+
+    Returns (scores, the scale that turns them into log2 units, tanh of the softcap for the backward)."""
+    s = mma(q, tl.trans(k), None, INTERPRET)
+    if HAS_SOFTCAP or HAS_ALIBI:
+        # the transform needs the scaled scores: they come back in log2 units
+        s, tanh_s = transformed_scores(s, q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, softcap_in2, softcap_out,
+                                       alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
+        scale_log2 = 1.0
+    else:
+        tanh_s = s  # unused without softcap; the compiler drops it
+        scale_log2 = qk_scale
+    if MASKED:
+        s = tl.where(score_mask(q_idx, k_idx, seqlen_q, seqlen_k, window_left, window_right, HAS_LEFT, HAS_RIGHT), s,
+                     float("-inf"))
+    return s, scale_log2, tanh_s
