@@ -7,16 +7,8 @@ import torch
 import triton.testing
 
 from flashattn2 import flash_attn_with_kvcache, inference
+from flashattn2.bench.decode import _paged as paged
 from flashattn2.kernels import kvcache
-
-
-def paged(x, page):
-    batch, seqlen = x.shape[:2]
-    per_seq = seqlen // page
-    table = torch.randperm(batch * per_seq, device="cuda").view(batch, per_seq).to(torch.int32)
-    pool = torch.empty(batch * per_seq, page, *x.shape[2:], dtype=x.dtype, device="cuda")
-    pool[table.long()] = x.view(batch, per_seq, page, *x.shape[2:])
-    return pool, table
 
 
 def gbps(q, kp, vp, table, seqlen, splits, gb):

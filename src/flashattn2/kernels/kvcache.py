@@ -25,6 +25,7 @@ from .combine import combine_launch
 from .common import INTERPRET, LOG2E, cdiv, mma, padded_head_dim, round_to
 from .cu_seqlens import KVCACHE_WORD, raise_pending
 from .launch import Launch, PlanCache, align
+from .mask import score_mask
 from .paged_kv import kv_row_coords, kv_row_ptrs, load_kv_rows, row_mask
 from .params import AttnOptions
 from .scores import masked_scores
@@ -132,11 +133,13 @@ def kvcache_attention_kernel(
         valid = valid & ~bad
         k = load_kv_rows(KCache, outer, inner, off_hk, stride_kb, stride_kn, stride_kh, offs_d, valid, HEAD_DIM,
                          BLOCK_D)
+        # the mask here also drops keys on bad page entries (valid), so the helper leaves masking to it
         qk, scale_log2, _tanh = masked_scores(
             q, k, q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-            softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, INTERPRET)
-        if PAGED:
-            qk = tl.where(bad[None, :], float("-inf"), qk)  # a page index outside the pool (reported below)
+            softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, INTERPRET)
+        visible = score_mask(q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left, window_right,
+                             HAS_LEFT, HAS_RIGHT) & valid[None, :]
+        qk = tl.where(visible, qk, float("-inf"))
         p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, scale_log2, True)
         v = load_kv_rows(VCache, outer, inner, off_hk, stride_vb, stride_vn, stride_vh, offs_d, valid, HEAD_DIM,
                          BLOCK_D)
