@@ -39,9 +39,10 @@ def train(backend: str, cfg: GPTConfig, args, batches: list[torch.Tensor], devic
     model = GPT(cfg, backend).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=device.type == "cuda")
-    step_fn = model
     if args.compile:
-        step_fn = torch.compile(model)
+        # block by block: the 24 blocks share one compiled graph (parameters are its inputs), compiled once
+        for block in model.blocks:
+            block.compile()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     losses, times = [], []
@@ -49,7 +50,7 @@ def train(backend: str, cfg: GPTConfig, args, batches: list[torch.Tensor], devic
         batch = batch.to(device, non_blocking=True)
         t0 = time.perf_counter()
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = step_fn(batch[:, :-1], batch[:, 1:])
+            loss = model(batch[:, :-1], batch[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -65,6 +66,7 @@ def train(backend: str, cfg: GPTConfig, args, batches: list[torch.Tensor], devic
     peak = peak_tflops(device, args.peak_tflops)
     return {"backend": backend, "tokens_per_s": tok_s, "model_tflops": tflops,
             "mfu": tflops / peak if peak else None, "final_loss": losses[-1], "losses": losses,
+            "last10_loss": sum(losses[-10:]) / len(losses[-10:]),
             "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
 
 
@@ -73,15 +75,18 @@ def write(results: list[dict], meta: dict, out_dir: Path, stem: str) -> None:
     (out_dir / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     lines = [f"# GPT training: {meta['config']}, seqlen {meta['seqlen']}", ""]
     lines += [f"- {k}: {v}" for k, v in meta.items()] + ["", "| backend | tokens/s | model TFLOP/s | MFU | peak GiB | "
-              f"loss after {meta['steps']} steps |", "|---|---:|---:|---:|---:|---:|"]
+              f"loss after {meta['steps']} steps | mean loss, last 10 steps | tokens/s vs sdpa-flash |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    flash = next((r["tokens_per_s"] for r in results if r["backend"] == "sdpa-flash" and "error" not in r), None)
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['backend']} | failed: {r['error']} | | | | |")
+            lines.append(f"| {r['backend']} | failed: {r['error']} | | | | | | |")
             continue
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] else "n/a"
         mem = f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] is not None else "n/a"
+        ratio = f"{r['tokens_per_s'] / flash:.3f}" if flash else "n/a"
         lines.append(f"| {r['backend']} | {r['tokens_per_s']:.0f} | {r['model_tflops']:.1f} | {mfu} | {mem} | "
-                     f"{r['final_loss']:.4f} |")
+                     f"{r['final_loss']:.4f} | {r['last10_loss']:.4f} | {ratio} |")
     (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
     try:
         import matplotlib
