@@ -21,7 +21,7 @@ from flashattn2.kernels.forward import attention_fwd_kernel
 
 FLOAT_ARGS = {"qk_scale", "softmax_scale", "softcap_in2", "softcap_out", "dropout_p"}
 FP32_POINTERS = {"Lse", "Delta"}
-OPTIONAL_POINTERS = ("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed")
+OPTIONAL_POINTERS = ("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed", "QDescale", "KDescale", "VDescale")
 PLAIN = dict(HAS_LEFT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_DROPOUT=False,
              INTERPRET=False)
 

@@ -113,7 +113,7 @@ from flashattn2.kernels import backward, forward
 
 base = dict(HEAD_DIM=128, BLOCK_D=128, HAS_LEFT=True, HAS_RIGHT=True, IS_VARLEN=False, HAS_SOFTCAP=False,
             HAS_ALIBI=False, HAS_DROPOUT=False, USE_TMA=False, INTERPRET=False, CuSeqlensQ=None, CuSeqlensK=None,
-            AlibiSlopes=None, Seed=None, LONG_ROWS=True)
+            AlibiSlopes=None, Seed=None, QDescale=None, KDescale=None, VDescale=None, LONG_ROWS=True)
 ft = dict(Q="*bf16", K="*bf16", V="*bf16", Out="*bf16", Lse="*fp32", qk_scale="fp32", softcap_in2="fp32",
           softcap_out="fp32", dropout_p="fp32")
 bt = dict(ft, dOut="*bf16", Delta="*fp32", dQ="*fp32", dK="*bf16", dV="*bf16", softmax_scale="fp32")

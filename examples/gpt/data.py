@@ -5,18 +5,19 @@ import torch
 
 
 class SyntheticStream:
-    """Sequences from a sparse random Markov chain over the vocabulary: each token has a few likely successors,
-    so the loss falls from log(vocab) towards the chain's entropy as the model learns the transitions."""
+    """Sequences from a sparse random Markov chain over the first `active` token ids: each has `branching`
+    equally likely successors, so the loss falls from log(vocab) to about log(active) within a few steps (which
+    ids occur), then towards log(branching) as the model learns the transitions."""
 
-    def __init__(self, vocab_size: int, seed: int = 0, branching: int = 4):
+    def __init__(self, vocab_size: int, seed: int = 0, branching: int = 4, active: int = 2048):
         g = torch.Generator().manual_seed(seed)
-        self.vocab_size = vocab_size
-        self.successors = torch.randint(0, vocab_size, (vocab_size, branching), generator=g)
+        self.active = min(active, vocab_size)
+        self.successors = torch.randint(0, self.active, (self.active, branching), generator=g)
         self.g = torch.Generator().manual_seed(seed + 1)
 
     def batch(self, batch: int, seqlen: int) -> torch.Tensor:
         out = torch.empty(batch, seqlen + 1, dtype=torch.long)
-        out[:, 0] = torch.randint(0, self.vocab_size, (batch,), generator=self.g)
+        out[:, 0] = torch.randint(0, self.active, (batch,), generator=self.g)
         choice = torch.randint(0, self.successors.shape[1], (batch, seqlen), generator=self.g)
         for t in range(seqlen):
             out[:, t + 1] = self.successors[out[:, t], choice[:, t]]

@@ -5,6 +5,7 @@
 """
 
 from .bert_padding import pad_input, unpad_input
+from .fp8 import quantize_fp8
 from .inference import flash_attn_combine, flash_attn_with_kvcache
 from .interface import (
     attention_backend,
@@ -32,6 +33,7 @@ __all__ = [
     "flash_attn_with_kvcache",
     "flash_attn_combine",
     "apply_rotary_emb",
+    "quantize_fp8",
     "scaled_dot_product_attention",
     "unpad_input",
     "pad_input",

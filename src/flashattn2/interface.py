@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import torch
 
+from . import fp8
 from .kernels import backends
 from .kernels.backends import forward_plan
 from .kernels.common import INTERPRET
@@ -31,7 +32,8 @@ def _unit_last_stride(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int, layout: str) -> None:
+def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int, layout: str,
+                   is_fp8: bool = False) -> None:
     # written out rather than looped: this runs on every call
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
@@ -39,8 +41,11 @@ def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int,
         if x.dim() != ndim:
             raise ValueError(f"{name} must have {ndim} dimensions {layout}, got shape {tuple(x.shape)}")
     dtype = q.dtype
-    if dtype not in _SUPPORTED_DTYPES:
-        raise TypeError(f"flashattn2 supports float16 and bfloat16 inputs, got q.dtype={dtype}")
+    if is_fp8:
+        fp8.check_dtypes(q, k, v)
+    elif dtype not in _SUPPORTED_DTYPES:
+        raise TypeError(f"flashattn2 supports float16 and bfloat16 inputs (and float8_e4m3fn with descales), got "
+                        f"q.dtype={dtype}")
     if k.dtype != dtype or v.dtype != dtype:
         raise TypeError(f"q, k and v must share one dtype, got {dtype}, {k.dtype}, {v.dtype}")
     device = q.device
@@ -158,11 +163,25 @@ def _run(q, k, v, opts: AttnOptions, return_attn_probs, plan=None):
 
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-               causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs):
+               causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, descales=None):
     """Shared by every public function once the layout (dense or packed) has been checked."""
     opts = _options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
                     window_size, softcap, alibi_slopes, deterministic)
+    if descales is not None:
+        return _run_fp8(q, k, v, opts, descales, return_attn_probs)
     return _run(q, k, v, opts, return_attn_probs)
+
+
+def _is_fp8_call(q, k, v, q_descale, k_descale, v_descale) -> bool:
+    return q_descale is not None or k_descale is not None or v_descale is not None or fp8.is_fp8(q, k, v)
+
+
+def _run_fp8(q, k, v, opts: AttnOptions, descales: tuple, return_attn_probs: bool):
+    batch = q.shape[0] if opts.cu_seqlens_q is None else opts.cu_seqlens_q.shape[0] - 1
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    descales = fp8.check_descales(q, *descales, batch, k.shape[-2], grad)
+    out, lse = fp8.attention(q, k, v, descales, opts)
+    return (out, lse, None) if return_attn_probs else out
 
 
 # Dense calls that passed every check, by everything the checks read (shapes, strides, dtypes, devices,
@@ -184,6 +203,10 @@ def flash_attn_func(
     alibi_slopes: torch.Tensor | None = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    *,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
 ):
     """dropout_p should be set to 0.0 during evaluation
     Supports multi-query and grouped-query attention (MQA/GQA) by passing in KV with fewer heads
@@ -224,6 +247,9 @@ def flash_attn_func(
         return_attn_probs: bool. Whether to return the attention probabilities. This option is for
            testing only. The returned probabilities are not guaranteed to be correct
            (they might not have the right scaling).
+        q_descale, k_descale, v_descale: (batch_size, nheads_k), float32, with q, k, v in torch.float8_e4m3fn
+           (FlashAttention-3's FP8 forward): the true values are the fp8 ones times these factors. The output is
+           then bfloat16; forward only, no dropout. flashattn2.quantize_fp8 makes such inputs.
     Return:
         out: (batch_size, seqlen, nheads, headdim).
         softmax_lse [optional, if return_attn_probs=True]: (batch_size, nheads, seqlen). The
@@ -235,7 +261,8 @@ def flash_attn_func(
             None when dropout_p == 0.
     """
     key = None
-    if (alibi_slopes is None and type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
+    if (alibi_slopes is None and q_descale is None and k_descale is None and v_descale is None
+            and type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
             and type(window_size) is tuple and not torch.compiler.is_compiling()):
         key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
                k.device, v.device, align(q), align(k), align(v), dropout_p, softmax_scale, causal, window_size,
@@ -243,7 +270,8 @@ def flash_attn_func(
         seen = _seen.get(key)
         if seen is not None:
             return _run(q, k, v, *seen)
-    _check_tensors(q, k, v, 4, "(batch, seqlen, nheads, headdim)")
+    is_fp8 = _is_fp8_call(q, k, v, q_descale, k_descale, v_descale)
+    _check_tensors(q, k, v, 4, "(batch, seqlen, nheads, headdim)", is_fp8)
     batch, seqlen_k = q.shape[0], k.shape[1]
     if k.shape[0] != batch or v.shape[0] != batch:
         raise ValueError(f"batch sizes differ: q {batch}, k {k.shape[0]}, v {v.shape[0]}")
@@ -251,10 +279,12 @@ def flash_attn_func(
         raise ValueError(f"k and v must have the same seqlen, got {seqlen_k} and {v.shape[1]}")
     _check_heads(q, k, v)
     # a copy made here for a non-unit last stride would not match the key's tensors
-    remember = key is not None and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
+    remember = key is not None and not is_fp8 and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
     q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
     opts = _options(q, None, None, q.shape[1], seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap,
                     alibi_slopes, deterministic)
+    if is_fp8:
+        return _run_fp8(q, k, v, opts, (q_descale, k_descale, v_descale), return_attn_probs)
     plan = None
     if remember:
         # the plan does not depend on the dropout seed tensor, drawn per call in _run
@@ -345,6 +375,10 @@ def flash_attn_varlen_func(
     deterministic: bool = False,
     return_attn_probs: bool = False,
     block_table: torch.Tensor | None = None,
+    *,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
 ):
     """dropout_p should be set to 0.0 during evaluation
     Supports multi-query and grouped-query attention (MQA/GQA) by passing in K, V with fewer heads
@@ -367,6 +401,8 @@ def flash_attn_varlen_func(
            only). k and v are then the page pools (num_blocks, page_block_size, nheads_k, headdim), any
            page_block_size, and sequence i's keys are the first cu_seqlens_k[i + 1] - cu_seqlens_k[i]
            positions of its pages.
+        q_descale, k_descale, v_descale: (batch_size, nheads_k), float32, for float8_e4m3fn q, k, v (see
+           flash_attn_func).
         Other arguments are those of flash_attn_func.
     Return:
         out: (total, nheads, headdim).
@@ -376,17 +412,21 @@ def flash_attn_varlen_func(
         S_dmask [optional, if return_attn_probs=True]: (batch_size, nheads, max_seqlen_q, max_seqlen_k),
             flash_attn's encoding (see flash_attn_func); None when dropout_p == 0.
     """
+    is_fp8 = _is_fp8_call(q, k, v, q_descale, k_descale, v_descale)
     if block_table is not None:
+        if is_fp8:
+            raise NotImplementedError("FP8 with block_table: use flash_attn_with_kvcache for an FP8 paged cache")
         return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                              softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table)
-    _check_tensors(q, k, v, 3, "(total, nheads, headdim)")
+    _check_tensors(q, k, v, 3, "(total, nheads, headdim)", is_fp8)
     if v.shape[0] != k.shape[0]:
         raise ValueError(f"k and v must have the same number of rows, got {k.shape[0]} and {v.shape[0]}")
     _check_heads(q, k, v)
     _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q)
     q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-                      softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+                      softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
+                      (q_descale, k_descale, v_descale) if is_fp8 else None)
 
 
 def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,

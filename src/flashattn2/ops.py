@@ -32,14 +32,15 @@ def _device_guard(x: torch.Tensor):
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions, return_probs: bool = False,
-            plan: ForwardPlan | None = None):
-    """(out, lse, probs or None), no autograd."""
+            plan: ForwardPlan | None = None, descales: tuple | None = None):
+    """(out, lse, probs or None), no autograd. descales: FP8 inputs' (q, k, v) factors (fp8.py)."""
     plan = plan or forward_plan(q, k, v, opts, return_probs)
+    args = (q, k, v, opts) if descales is None else (q, k, v, opts, descales)
     with _device_guard(q):
         if not opts.varlen:
-            return plan(q, k, v, opts)
+            return plan(*args)
         cu_seqlens.raise_pending(q.device)
-        out, lse, probs = plan(q, k, v, opts)
+        out, lse, probs = plan(*args)
         cu_seqlens.check_and_poison(opts.cu_seqlens_q, opts.cu_seqlens_k, q.shape[0], k.shape[0], opts.max_seqlen_q,
                                     opts.max_seqlen_k, (out, lse, probs))
         return out, lse, probs

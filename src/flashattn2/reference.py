@@ -91,3 +91,54 @@ def within_tolerance(ours: torch.Tensor, ref: torch.Tensor, pt: torch.Tensor, fa
     Returns (passed, our error, PyTorch's error); NaN never passes."""
     err, pt_err = max_abs_error(ours, ref, where), max_abs_error(pt, ref, where)
     return err <= factor * pt_err + floor, err, pt_err
+
+
+def attention_fp8_ref(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_descale: torch.Tensor,
+                      k_descale: torch.Tensor, v_descale: torch.Tensor, softmax_scale: float | None = None,
+                      causal: bool = False, window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                      alibi_slopes: torch.Tensor | None = None, upcast: bool = True,
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 attention's references on float8_e4m3fn (batch, seqlen, nheads, headdim) inputs with (batch, nheads_k)
+    descales (true value = fp8 value x descale); returns (out, lse).
+
+    upcast=True: attention_ref in float64 on the dequantised inputs (the oracle). upcast=False: PyTorch doing the
+    same math with FP8 matmuls, the baseline of the pass rule: S = q8 k8^T with exact e4m3 products summed in fp32
+    (torch._scaled_mm's math) times the descales and the softmax scale, rounded to bf16; softcap, ALiBi, mask and
+    softmax in bf16 as attention_ref(upcast=False) does; P x 2**8 rounded to e4m3 (a static scale that keeps small
+    probabilities, as FlashAttention-3 does), P8 v8 summed in fp32, then x 2**-8 x v_descale, rounded to bf16.
+    """
+    group = q8.shape[2] // k8.shape[2]
+    qd = q_descale.repeat_interleave(group, dim=1)[:, None, :, None]
+    kd, vd = (d[:, None, :, None] for d in (k_descale, v_descale))
+    if upcast:
+        return attention_ref(q8.double() * qd.double(), k8.double() * kd.double(), v8.double() * vd.double(),
+                             softmax_scale, causal, window_size, softcap, alibi_slopes)
+    batch, seqlen_q, nheads, head_dim = q8.shape
+    seqlen_k = k8.shape[1]
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    k = k8.float().repeat_interleave(group, dim=2)
+    v = v8.float().repeat_interleave(group, dim=2)
+    kd_h = k_descale.repeat_interleave(group, dim=1)[:, :, None, None]
+    scores = torch.einsum("bqhd,bkhd->bhqk", q8.float(), k) * (scale * qd.squeeze(-1).transpose(1, 2)[..., None]
+                                                                 * kd_h)
+    scores = scores.to(torch.bfloat16)
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(scores.dtype).reshape(-1 if alibi_slopes.dim() == 2 else 1, nheads, 1, 1)
+        rows = torch.arange(seqlen_q, device=q8.device)[:, None] + (seqlen_k - seqlen_q)
+        dist = (rows - torch.arange(seqlen_k, device=q8.device)[None, :]).abs()
+        scores = scores - slopes * dist.to(scores.dtype)
+    left, right = window_size
+    if causal:
+        right = 0
+    if left >= 0 or right >= 0:
+        scores = scores.masked_fill(window_mask(seqlen_q, seqlen_k, (left, right), q8.device), float("-inf"))
+    empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    scores = scores.masked_fill(empty, 0.0)
+    probs = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)
+    p8 = (probs.float() * 256.0).to(torch.float8_e4m3fn)
+    vd_h = v_descale.repeat_interleave(group, dim=1)[:, None, :, None]
+    out = torch.einsum("bhqk,bkhd->bqhd", p8.float(), v) * (vd_h / 256.0)
+    lse = torch.logsumexp(scores.float(), dim=-1).masked_fill(empty.squeeze(-1), float("inf"))
+    return out.to(torch.bfloat16), lse

@@ -85,6 +85,12 @@ def round_to(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
         bits = x.to(tl.uint32, bitcast=True)
         bits = bits + 0x7FFF + ((bits >> 16) & 1)
         y = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    elif INTERPRET and dtype == tl.float8e4nv:
+        # the interpreter's fp32 -> e4m3 is wrong for some values: round to e4m3's grid on the bits (3 mantissa
+        # bits; 2**-9 steps below 2**-6) and keep fp32, which mma widens to under the interpreter anyway
+        bits = x.to(tl.uint32, bitcast=True)
+        y = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000).to(tl.float32, bitcast=True)
+        y = tl.where(tl.abs(x) < 0.015625, tl.floor(x * 512.0 + 0.5) / 512.0, y)
     else:
         y = x.to(dtype)
     return y

@@ -64,6 +64,11 @@ _HOPPER_BWD: dict[bool, list[tuple[int, BwdConfig]]] = {
            (128, BwdConfig(64, 64, 4, 2, 128, 32, 4, 3, False, True)),
            (256, BwdConfig(64, 64, 8, 2, 64, 32, 4, 2, False, True))],
 }
+# FP8 (e4m3) forward on Hopper: operands half as wide, so longer key tiles fit (bench.fp8 --sweep picks these).
+_HOPPER_FWD_FP8: dict[bool, list[tuple[int, FwdConfig]]] = {
+    False: [(64, FwdConfig(128, 128, 8, 3)), (128, FwdConfig(128, 128, 8, 3)), (256, FwdConfig(128, 64, 8, 2))],
+    True: [(64, FwdConfig(128, 128, 8, 3)), (128, FwdConfig(128, 128, 8, 3)), (256, FwdConfig(128, 64, 8, 2))],
+}
 # Other GPUs: modest tiles that fit in Ampere-class shared memory.
 _GENERIC_FWD: list[tuple[int, FwdConfig]] = [
     (64, FwdConfig(128, 64, 4, 2)), (128, FwdConfig(128, 32, 4, 2)), (256, FwdConfig(64, 32, 4, 1)),
@@ -86,11 +91,11 @@ def _is_hopper(device: torch.device) -> bool:
     return device.type == "cuda" and capability(device.index)[0] == 9
 
 
-def fwd_config(block_d: int, causal: bool, device: torch.device) -> FwdConfig:
+def fwd_config(block_d: int, causal: bool, device: torch.device, fp8: bool = False) -> FwdConfig:
     if INTERPRET:
         return _INTERPRET_FWD
     if _is_hopper(device):
-        return _pick(_HOPPER_FWD[causal], block_d)
+        return _pick((_HOPPER_FWD_FP8 if fp8 else _HOPPER_FWD)[causal], block_d)
     return _pick(_GENERIC_FWD, block_d)
 
 

@@ -25,7 +25,7 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                      HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                      HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
-                     USE_TMA: tl.constexpr, INTERPRET: tl.constexpr):
+                     USE_TMA: tl.constexpr, INTERPRET: tl.constexpr, P_SHIFT: tl.constexpr):
     """Accumulate key tiles [n_lo, n_hi) into (acc, m_i, l_i); MASKED tiles check bounds and the window."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(n_lo, n_hi, BLOCK_N):
@@ -35,7 +35,7 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
         qk, softmax_scale_log2, _tanh = masked_scores(
             q, k, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
             softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, INTERPRET)
-        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, softmax_scale_log2, MASKED)
+        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, softmax_scale_log2, MASKED, P_SHIFT)
         v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_d, HEAD_DIM, BLOCK_D,
                       BLOCK_N, MASKED, USE_TMA)
         if HAS_DROPOUT:
@@ -47,7 +47,7 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
 
 @triton.jit(do_not_specialize=ROW_COUNTS)
 def attention_fwd_kernel(
-    Q, K, V, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
+    Q, K, V, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed, QDescale, KDescale, VDescale,
     stride_qb, stride_qm, stride_qh,
     stride_kb, stride_kn, stride_kh,
     stride_vb, stride_vn, stride_vh,
@@ -58,10 +58,13 @@ def attention_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
-    LONG_ROWS: tl.constexpr = False,
+    LONG_ROWS: tl.constexpr = False, IS_FP8: tl.constexpr = False,
 ):
     """Out = softmax(scores) V and Lse = logsumexp(scores) (natural log), scores = Q K^T * scale with
     the optional softcap, ALiBi bias and window mask; dropout on the probabilities that reach V.
+
+    IS_FP8: Q, K, V are float8 e4m3 whose true values are theirs times the (batch, kv head) factors in
+    QDescale, KDescale, VDescale (contiguous (batch, nheads_k) fp32); P goes to V in e4m3 too.
 
     qk_scale is softmax_scale * log2(e). Q, K, V, Out are (batch, seqlen, heads, head_dim) with any
     strides but a unit last one, or packed (total, heads, head_dim) with cumulative lengths (varlen).
@@ -99,6 +102,15 @@ def attention_fwd_kernel(
     seed = 0
     if HAS_DROPOUT:
         seed = tl.load(Seed)
+    v_descale = 1.0
+    P_SHIFT: tl.constexpr = 8.0 if IS_FP8 else 0.0
+    if IS_FP8:
+        # the descales fold into the score scale (softcap's too) and into the output
+        descale_at = off_b64 * (nheads // group) + off_hk
+        qk_descale = tl.load(QDescale + descale_at) * tl.load(KDescale + descale_at)
+        qk_scale = qk_scale * qk_descale
+        softcap_in2 = softcap_in2 * qk_descale
+        v_descale = tl.load(VDescale + descale_at)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -112,23 +124,25 @@ def attention_fwd_kernel(
             acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_lo,
             seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
             seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-            HAS_DROPOUT, True, USE_TMA, INTERPRET)
+            HAS_DROPOUT, True, USE_TMA, INTERPRET, P_SHIFT)
     # tiles that every row sees whole: no mask arithmetic at all
     acc, m_i, l_i = _attend_kv_tiles(
         acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_lo, n_full_hi,
         seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
         seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, False, USE_TMA, INTERPRET)
+        HAS_DROPOUT, False, USE_TMA, INTERPRET, P_SHIFT)
     # tiles crossed by the diagonal (the window's right edge) or by the end of the keys
     acc, m_i, l_i = _attend_kv_tiles(
         acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_hi, n_hi,
         seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
         seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, True, USE_TMA, INTERPRET)
+        HAS_DROPOUT, True, USE_TMA, INTERPRET, P_SHIFT)
 
-    out, lse = finalize(acc, m_i, l_i)
+    out, lse = finalize(acc, m_i, l_i, P_SHIFT)
     if HAS_DROPOUT:
         out = out * (1.0 / (1.0 - dropout_p))
+    if IS_FP8:
+        out = out * v_descale
     o_base = Out + off_b64 * stride_ob + q_start.to(tl.int64) * stride_om + off_h.to(tl.int64) * stride_oh
     store_rows(o_base + offs_m[:, None] * stride_om + offs_d[None, :],
                round_to(out, Out.dtype.element_ty, INTERPRET), offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D)
@@ -203,9 +217,11 @@ class ForwardPlan:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
         varlen = opts.varlen
         block_d = padded_head_dim(head_dim)
-        cfg = config or fwd_config(block_d, opts.causal, q.device)
+        fp8 = q.dtype == torch.float8_e4m3fn
+        cfg = config or fwd_config(block_d, opts.causal, q.device, fp8)
         self.backward_plans: dict = {}
-        self.dtype, self.device, self.out_shape = q.dtype, q.device, q.shape
+        # FP8 attention writes bf16, as FlashAttention-3's does
+        self.dtype, self.device, self.out_shape = torch.bfloat16 if fp8 else q.dtype, q.device, q.shape
         self.lse_shape = (nheads, q.shape[0]) if varlen else (batch, nheads, seqlen_q)
         self.probs_shape = (batch, nheads, seqlen_q, seqlen_k) if return_probs else None
         self.empty = q.numel() == 0 or batch * seqlen_q == 0
@@ -217,6 +233,7 @@ class ForwardPlan:
                      total_q=q.shape[0], total_k=k.shape[0], HEAD_DIM=head_dim, BLOCK_D=block_d,
                      INTERPRET=INTERPRET, **opts.kernel_args())
         named["LONG_ROWS"] = long_rows(0 if varlen else 1, q, k, v)
+        named["IS_FP8"] = fp8
         self.attend = Launch(
             attention_fwd_kernel, (cdiv(seqlen_q, cfg.block_m), batch * nheads, 1),
             (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *out_strides, lse_sb, lse_sh),
@@ -225,13 +242,14 @@ class ForwardPlan:
         self.dump = None
         if return_probs:
             # the dump always applies the dropout sign, so it has no HAS_DROPOUT flag
-            del named["HAS_DROPOUT"]
+            del named["HAS_DROPOUT"], named["IS_FP8"]
             block = 32 if INTERPRET else 64
             self.dump = Launch(dropout_probs_kernel, (cdiv(seqlen_q, block), batch * nheads, 1),
                                (*row_strides(q, varlen), *row_strides(k, varlen), lse_sb, lse_sh),
                                dict(named, BLOCK_M=block, BLOCK_N=block), 4, 3)
 
-    def __call__(self, q, k, v, opts):
+    def __call__(self, q, k, v, opts, descales=(None, None, None)):
+        """descales: FP8's (q, k, v) factors, contiguous (batch, nheads_k) fp32."""
         out = common.empty(self.out_shape, self.dtype, self.device)
         lse = common.empty(self.lse_shape, torch.float32, self.device)
         # padded rows and keys of short packed sequences stay 0
@@ -240,9 +258,10 @@ class ForwardPlan:
             return out, lse, probs
         pointers = opts.tensors()
         if self.tma_block is None:
-            self.attend(q, k, v, out, lse, *pointers)
+            self.attend(q, k, v, out, lse, *pointers, *descales)
         else:
-            self.attend(q, row_tiles(k, *self.tma_block), row_tiles(v, *self.tma_block), out, lse, *pointers)
+            self.attend(q, row_tiles(k, *self.tma_block), row_tiles(v, *self.tma_block), out, lse, *pointers,
+                        *descales)
         if probs is not None:
             self.dump(q, k, lse, probs, *pointers)
         return out, lse, probs

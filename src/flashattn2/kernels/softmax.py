@@ -5,12 +5,14 @@ import triton.language as tl
 
 
 @triton.jit
-def online_softmax_update(qk, m_i, l_i, qk_scale, MASKED: tl.constexpr):
+def online_softmax_update(qk, m_i, l_i, qk_scale, MASKED: tl.constexpr, P_SHIFT: tl.constexpr = 0.0):
     """Fold one tile of raw scores qk (BLOCK_M, BLOCK_N; -inf where masked) into the running max m_i
     and sum l_i, both in log2 units.
 
     Returns the tile's unnormalised probabilities p, the factor alpha that rescales what was
     accumulated so far (it moves only when the running max moved), and the new m_i and l_i.
+    With P_SHIFT, p and l_i carry a factor 2**P_SHIFT (finalize takes it out of the lse): FP8's P uses
+    the e4m3 range up to 2**8 instead of underflowing below 2**-9.
     """
     # the scale is positive, so it commutes with max and folds into one multiply-add per score
     m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
@@ -19,16 +21,22 @@ def online_softmax_update(qk, m_i, l_i, qk_scale, MASKED: tl.constexpr):
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_shift = m_new
-    p = tl.math.exp2(qk * qk_scale - m_shift[:, None])
+    p_shift = m_shift
+    if P_SHIFT != 0.0:
+        p_shift = m_shift - P_SHIFT  # alpha, a ratio of old to new sums, keeps the unshifted max
+    p = tl.math.exp2(qk * qk_scale - p_shift[:, None])
     alpha = tl.math.exp2(m_i - m_shift)
     l_i = l_i * alpha + tl.sum(p, 1)
     return p, alpha, m_new, l_i
 
 
 @triton.jit
-def finalize(acc, m_i, l_i):
+def finalize(acc, m_i, l_i, P_SHIFT: tl.constexpr = 0.0):
     """Divide by the row sum once, at the end; rows that saw no key give 0 and lse = +inf."""
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
-    lse = tl.where(empty, float("inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    log2_sum = m_i + tl.math.log2(tl.where(empty, 1.0, l_i))
+    if P_SHIFT != 0.0:
+        log2_sum = log2_sum - P_SHIFT
+    lse = tl.where(empty, float("inf"), log2_sum * 0.6931471805599453)
     return out, lse

@@ -1,0 +1,183 @@
+"""python -m flashattn2.bench.fp8: the FP8 (e4m3) attention forward against our bf16 forward and an FP8 matmul.
+
+Speed: TFLOP/s of the forward at head dims 64, 128, 256, causal and not, seqlen 1k to 16k with 16k tokens per
+batch and hidden 2048, next to the FP8 and bf16 matmul rates at 8192^3 (torch._scaled_mm, torch.mm) measured in
+the same run. Accuracy (head dim 128, seqlen 4k, 16 heads): max error against float64 on the dequantised inputs
+(ours, and PyTorch with FP8 matmuls: reference.attention_fp8_ref) and against float64 on the bf16 originals
+(ours in FP8, ours in bf16, PyTorch in bf16), on random data and with outlier channels (10-100x).
+--sweep first times a few tile configurations of the FP8 kernel. Writes <stem>_fp8.json and .md.
+"""
+
+import argparse
+import json
+import sys
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from .report import collect_meta, default_stem
+
+TOKENS, HIDDEN = 16384, 2048
+SEQLENS = (1024, 2048, 4096, 8192, 16384)
+SWEEP = [(128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 3), (128, 64, 4, 3), (64, 128, 4, 3), (64, 64, 4, 3),
+         (128, 256, 8, 2)]
+
+
+def _ms(fn) -> float:
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def _qkv(batch, seqlen, nheads, head_dim, outliers=False):
+    q, k, v = (torch.randn(batch, seqlen, nheads, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    if outliers:
+        channels = torch.randperm(head_dim)[:3]
+        for x in (q, k, v):
+            x[..., channels] *= torch.tensor([10.0, 30.0, 100.0], device="cuda", dtype=torch.bfloat16)
+    return q, k, v
+
+
+def matmul_rates(n: int = 8192) -> dict:
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # _scaled_mm takes b column-major
+    one = torch.ones((), device="cuda")
+    fp8 = _ms(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+    a16, b16 = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    bf16 = _ms(lambda: torch.mm(a16, b16))
+    flops = 2 * n**3
+    return {"n": n, "fp8_tflops": flops / fp8 / 1e9, "bf16_tflops": flops / bf16 / 1e9}
+
+
+def sweep(head_dims) -> list[dict]:
+    from flashattn2 import quantize_fp8
+    from flashattn2.kernels.configs import FwdConfig
+    from flashattn2.kernels.forward import ForwardPlan
+    from flashattn2.kernels.params import AttnOptions
+
+    rows = []
+    for head_dim in head_dims:
+        seqlen = 8192
+        q8, k8, v8, *descales = quantize_fp8(*_qkv(TOKENS // seqlen, seqlen, HIDDEN // head_dim, head_dim))
+        for causal in (False, True):
+            opts = AttnOptions(softmax_scale=head_dim**-0.5, window_right=0 if causal else -1)
+            flops = 4 * TOKENS * seqlen * HIDDEN / (2 if causal else 1)
+            for cfg in SWEEP:
+                try:
+                    plan = ForwardPlan(q8, k8, v8, opts, False, FwdConfig(*cfg))
+                    ms = _ms(partial(plan, q8, k8, v8, opts, tuple(descales)))
+                    row = {"head_dim": head_dim, "causal": causal, "config": cfg, "tflops": flops / ms / 1e9}
+                except Exception as exc:  # a tile that does not fit is a result
+                    row = {"head_dim": head_dim, "causal": causal, "config": cfg, "error": str(exc)[:120]}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
+
+
+def speed(head_dims, seqlens) -> list[dict]:
+    from flashattn2 import flash_attn_func, quantize_fp8
+
+    rows = []
+    for head_dim in head_dims:
+        for causal in (False, True):
+            for seqlen in seqlens:
+                q, k, v = _qkv(max(1, TOKENS // seqlen), seqlen, HIDDEN // head_dim, head_dim)
+                q8, k8, v8, qd, kd, vd = quantize_fp8(q, k, v)
+                with torch.no_grad():
+                    fp8 = _ms(partial(flash_attn_func, q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd,
+                                      v_descale=vd))
+                    bf16 = _ms(partial(flash_attn_func, q, k, v, causal=causal))
+                flops = 4 * q.shape[0] * seqlen * seqlen * HIDDEN / (2 if causal else 1)
+                row = {"head_dim": head_dim, "causal": causal, "seqlen": seqlen, "fp8_tflops": flops / fp8 / 1e9,
+                       "bf16_tflops": flops / bf16 / 1e9, "fp8_over_bf16": bf16 / fp8}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
+
+
+def accuracy() -> list[dict]:
+    from flashattn2 import attention_ref, flash_attn_func, quantize_fp8
+    from flashattn2.reference import attention_fp8_ref, max_abs_error
+
+    rows = []
+    for outliers in (False, True):
+        for causal in (False, True):
+            torch.manual_seed(0)
+            q, k, v = _qkv(1, 4096, 16, 128, outliers)
+            q8, k8, v8, qd, kd, vd = quantize_fp8(q, k, v)
+            with torch.no_grad():
+                ours8 = flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+                ours16 = flash_attn_func(q, k, v, causal=causal)
+            deq_ref, _ = attention_fp8_ref(q8, k8, v8, qd, kd, vd, causal=causal)
+            base8, _ = attention_fp8_ref(q8, k8, v8, qd, kd, vd, causal=causal, upcast=False)
+            row = {"outliers": outliers, "causal": causal, "dequantised": {
+                "ours_fp8": max_abs_error(ours8, deq_ref), "pytorch_fp8": max_abs_error(base8, deq_ref)}}
+            del deq_ref, base8
+            ref, _ = attention_ref(q, k, v, causal=causal)
+            pt16, _ = attention_ref(q, k, v, causal=causal, upcast=False)
+            row["original"] = {"ours_fp8": max_abs_error(ours8, ref), "ours_bf16": max_abs_error(ours16, ref),
+                               "pytorch_bf16": max_abs_error(pt16, ref), "out_max": ref.abs().max().item()}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            del ref, pt16
+            torch.cuda.empty_cache()
+    return rows
+
+
+def write(result: dict, out_dir: Path, stem: str) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{stem}_fp8.json", out_dir / f"{stem}_fp8.md"]
+    paths[0].write_text(json.dumps(result, indent=1))
+    mm = result["matmul"]
+    lines = ["# FP8 attention forward", ""] + [f"- {k}: {v}" for k, v in result["meta"].items()] + [
+        "", f"Same run: FP8 matmul (torch._scaled_mm, {mm['n']}^3) {mm['fp8_tflops']:.0f} TFLOP/s, bf16 matmul "
+        f"{mm['bf16_tflops']:.0f} TFLOP/s. Forward TFLOP/s, {TOKENS} tokens per batch, hidden {HIDDEN}.", "",
+        "| head dim | causal | seqlen | FP8 (ours) | bf16 (ours) | FP8 / bf16 | FP8 / FP8 matmul |",
+        "|---:|:-:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | {r['fp8_tflops']:.0f} | "
+              f"{r['bf16_tflops']:.0f} | {r['fp8_over_bf16']:.2f} | {r['fp8_tflops'] / mm['fp8_tflops']:.2f} |"
+              for r in result["speed"]]
+    lines += ["", "Max abs error, head dim 128, seqlen 4096, 16 heads (float64 references):", "",
+              "| data | causal | vs dequantised: ours FP8 | PyTorch FP8 | ratio | vs bf16 originals: ours FP8 | "
+              "ours bf16 | PyTorch bf16 | max abs out |", "|---|:-:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in result["accuracy"]:
+        d, o = r["dequantised"], r["original"]
+        lines.append(f"| {'outliers' if r['outliers'] else 'random'} | {'yes' if r['causal'] else 'no'} | "
+                     f"{d['ours_fp8']:.2e} | {d['pytorch_fp8']:.2e} | {d['ours_fp8'] / d['pytorch_fp8']:.2f} | "
+                     f"{o['ours_fp8']:.2e} | {o['ours_bf16']:.2e} | {o['pytorch_bf16']:.2e} | {o['out_max']:.2e} |")
+    if result.get("sweep"):
+        lines += ["", "Tile sweep at seqlen 8192 (BLOCK_M, BLOCK_N, warps, stages): TFLOP/s", ""]
+        lines += [f"- d{r['head_dim']} {'causal' if r['causal'] else 'full'} {tuple(r['config'])}: "
+                  + (f"{r['tflops']:.0f}" if "tflops" in r else f"failed ({r['error']})") for r in result["sweep"]]
+    paths[1].write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flashattn2.bench.fp8", description=__doc__.split("\n")[0])
+    parser.add_argument("--out-dir", default="benchmarks/results")
+    parser.add_argument("--tag", default=None)
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--seqlens", type=int, nargs="+", default=list(SEQLENS))
+    parser.add_argument("--sweep", action="store_true", help="time tile configurations first")
+    parser.add_argument("--no-accuracy", dest="accuracy", action="store_false")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: the FP8 benchmark needs one", file=sys.stderr)
+        return 2
+    result = {"sweep": sweep(args.head_dims) if args.sweep else [], "matmul": matmul_rates()}
+    print(json.dumps(result["matmul"]), flush=True)
+    result["speed"] = speed(args.head_dims, args.seqlens)
+    result["accuracy"] = accuracy() if args.accuracy else []
+    meta = collect_meta(torch.cuda.get_device_name(), argv)
+    meta["command"] = meta["command"].replace("flashattn2.bench", "flashattn2.bench.fp8", 1)
+    result = {"meta": meta, **result}
+    stem = args.tag or default_stem(torch.cuda.get_device_name())
+    for path in write(result, Path(args.out_dir), stem):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
