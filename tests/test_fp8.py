@@ -3,8 +3,6 @@ the dequantised inputs, within 2x the error of PyTorch doing the same math with 
 (reference.attention_fp8_ref); the quantisation helper; bad input. CPU under the interpreter (which rounds P to
 e4m3 on the bits and widens the matmuls to fp32, so the GPU's rounding points are kept) and the GPU."""
 
-import math
-
 import pytest
 import torch
 
@@ -22,9 +20,9 @@ def _inputs(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, outliers=Fals
     k = randn(batch, seqlen_k, nheads_k, head_dim, dtype=torch.bfloat16)
     v = randn(batch, seqlen_k, nheads_k, head_dim, dtype=torch.bfloat16)
     if outliers:
-        # a few channels 10-100x larger, as real activations have
+        # a few channels 10-100x larger, as real activations have (in k and v: q's too would square them)
         channels = torch.randperm(head_dim)[:3]
-        for x in (q, k, v):
+        for x in (k, v):
             x[..., channels] *= torch.tensor([10.0, 30.0, 100.0], dtype=torch.bfloat16, device=x.device)
     return q, k, v
 
@@ -169,16 +167,13 @@ def test_fp8_under_torch_compile():
 
 
 @pytest.mark.gpu
-def test_fp8_error_next_to_bf16_kernel_on_original_inputs():
-    """Against float64 on the bf16 originals, the FP8 path's error next to the bf16 kernel's: reported by the
-    benchmark; here only bounded (a few % of the output's scale), so a broken descale or P scaling fails."""
-    for outliers in (False, True):
-        q, k, v = _inputs(1, 2048, 2048, 8, 8, 128, outliers, seed=9)
-        ref, _ = attention_fp8_ref(q, k, v, *(torch.ones(1, 8, device=DEVICE),) * 3, causal=True)
-        bf16 = flash_attn_func(q, k, v, causal=True)
-        q8, k8, v8, qd, kd, vd = quantize_fp8(q, k, v)
-        ours = flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
-        err8, err16 = ((x.double() - ref).abs().max().item() for x in (ours, bf16))
-        scale = ref.abs().max().item()
-        assert err16 < err8 < 0.05 * scale + 10 * err16, (err8, err16, scale)
-        assert math.isfinite(err8)
+@pytest.mark.parametrize("outliers", [False, True])
+def test_fp8_error_on_original_inputs(outliers):
+    """Against float64 on the bf16 originals (quantisation error included): within 2x PyTorch's FP8 baseline on
+    the same quantised inputs. The bf16 kernel's error, next to it, is the benchmark's report."""
+    q, k, v = _inputs(1, 2048, 2048, 8, 8, 128, outliers, seed=9)
+    ref, _ = attention_fp8_ref(q, k, v, *(torch.ones(1, 8, device=DEVICE),) * 3, causal=True)
+    q8, k8, v8, qd, kd, vd = quantize_fp8(q, k, v)
+    ours = flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+    pt, _ = attention_fp8_ref(q8, k8, v8, qd, kd, vd, causal=True, upcast=False)
+    assert_close_to_ref("out vs bf16 originals", ours, ref, pt, FWD_FACTOR)

@@ -25,7 +25,8 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                      HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                      HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
-                     USE_TMA: tl.constexpr, INTERPRET: tl.constexpr, P_SHIFT: tl.constexpr):
+                     USE_TMA: tl.constexpr, INTERPRET: tl.constexpr, P_SHIFT: tl.constexpr, V_T: tl.constexpr,
+                     stride_vd):
     """Accumulate key tiles [n_lo, n_hi) into (acc, m_i, l_i); MASKED tiles check bounds and the window."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(n_lo, n_hi, BLOCK_N):
@@ -36,8 +37,13 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
             q, k, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
             softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, INTERPRET)
         p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, softmax_scale_log2, MASKED, P_SHIFT)
-        v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_d, HEAD_DIM, BLOCK_D,
-                      BLOCK_N, MASKED, USE_TMA)
+        if V_T:
+            # V stored seqlen-contiguous: the tile is K-major for the P V matmul, as FP8 tensor cores need
+            v = load_rows(v_src + offs_n[:, None] + offs_d[None, :] * stride_vd, offs_n, seqlen_k, offs_d, HEAD_DIM,
+                          BLOCK_D, MASKED)
+        else:
+            v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_d, HEAD_DIM, BLOCK_D,
+                          BLOCK_N, MASKED, USE_TMA)
         if HAS_DROPOUT:
             # the row sum keeps every probability; only the values that reach V are dropped
             p = tl.where(dropout_keep(seed, offs_m[:, None], offs_n[None, :], head_idx, dropout_p), p, 0.0)
@@ -58,13 +64,14 @@ def attention_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
-    LONG_ROWS: tl.constexpr = False, IS_FP8: tl.constexpr = False,
+    LONG_ROWS: tl.constexpr = False, IS_FP8: tl.constexpr = False, V_T: tl.constexpr = False, stride_vd=1,
 ):
     """Out = softmax(scores) V and Lse = logsumexp(scores) (natural log), scores = Q K^T * scale with
     the optional softcap, ALiBi bias and window mask; dropout on the probabilities that reach V.
 
     IS_FP8: Q, K, V are float8 e4m3 whose true values are theirs times the (batch, kv head) factors in
     QDescale, KDescale, VDescale (contiguous (batch, nheads_k) fp32); P goes to V in e4m3 too.
+    V_T: V has a unit row stride and stride_vd between head-dim elements (fp8.py stores it so).
 
     qk_scale is softmax_scale * log2(e). Q, K, V, Out are (batch, seqlen, heads, head_dim) with any
     strides but a unit last one, or packed (total, heads, head_dim) with cumulative lengths (varlen).
@@ -74,6 +81,8 @@ def attention_fwd_kernel(
         # row index x row stride can pass 2**31 inside one sequence: 64-bit strides widen every row offset
         stride_qm, stride_kn, stride_vn, stride_om = (stride_qm.to(tl.int64), stride_kn.to(tl.int64),
                                                       stride_vn.to(tl.int64), stride_om.to(tl.int64))
+        if V_T:
+            stride_vd = stride_vd.to(tl.int64)
     start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
     off_b = pid_bh // nheads
@@ -124,19 +133,19 @@ def attention_fwd_kernel(
             acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_lo,
             seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
             seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-            HAS_DROPOUT, True, USE_TMA, INTERPRET, P_SHIFT)
+            HAS_DROPOUT, True, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd)
     # tiles that every row sees whole: no mask arithmetic at all
     acc, m_i, l_i = _attend_kv_tiles(
         acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_lo, n_full_hi,
         seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
         seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, False, USE_TMA, INTERPRET, P_SHIFT)
+        HAS_DROPOUT, False, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd)
     # tiles crossed by the diagonal (the window's right edge) or by the end of the keys
     acc, m_i, l_i = _attend_kv_tiles(
         acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_hi, n_hi,
         seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
         seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, True, USE_TMA, INTERPRET, P_SHIFT)
+        HAS_DROPOUT, True, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd)
 
     out, lse = finalize(acc, m_i, l_i, P_SHIFT)
     if HAS_DROPOUT:
@@ -234,6 +243,9 @@ class ForwardPlan:
                      INTERPRET=INTERPRET, **opts.kernel_args())
         named["LONG_ROWS"] = long_rows(0 if varlen else 1, q, k, v)
         named["IS_FP8"] = fp8
+        # a V whose rows are contiguous (fp8.py transposes it so) is read head-dim-strided
+        named["V_T"] = v.stride(-1) != 1
+        named["stride_vd"] = v.stride(-1)
         self.attend = Launch(
             attention_fwd_kernel, (cdiv(seqlen_q, cfg.block_m), batch * nheads, 1),
             (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *out_strides, lse_sb, lse_sh),
@@ -242,7 +254,7 @@ class ForwardPlan:
         self.dump = None
         if return_probs:
             # the dump always applies the dropout sign, so it has no HAS_DROPOUT flag
-            del named["HAS_DROPOUT"], named["IS_FP8"]
+            del named["HAS_DROPOUT"], named["IS_FP8"], named["V_T"], named["stride_vd"]
             block = 32 if INTERPRET else 64
             self.dump = Launch(dropout_probs_kernel, (cdiv(seqlen_q, block), batch * nheads, 1),
                                (*row_strides(q, varlen), *row_strides(k, varlen), lse_sb, lse_sh),
