@@ -7,6 +7,7 @@ Starting the processes is the expensive part (torch and the interpreter's import
 group runs several cases."""
 
 import datetime
+import json
 import os
 import subprocess
 import sys
@@ -279,3 +280,20 @@ def test_import_flashattn2_leaves_distributed_out():
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "False"
 
+
+
+def test_context_parallel_benchmark_runs_on_cpu(tmp_path):
+    """The benchmark script end to end at a tiny size (2 gloo processes, the interpreter): every method and the
+    single-process baseline timed, PyTorch's peer timed or its error recorded, JSON and markdown written."""
+    from flashattn2.bench import context_parallel
+
+    argv = ["--device", "cpu", "--seqlens", "32", "--nheads", "2", "--headdim", "16", "--causal", "1",
+            "--warmup", "0", "--reps", "1", "--out-dir", str(tmp_path), "--tag", "smoke"]
+    assert context_parallel.main(argv) == 0
+    result = json.loads((tmp_path / "smoke_context_parallel.json").read_text())
+    (row,) = result["rows"]
+    for name in ("ring-zigzag", "ring-contiguous", "ulysses", "ring-comm", "1-gpu"):
+        assert row["ms"][name] > 0, (name, row)
+    assert (row["ms"]["torch-cp"] is None) == ("torch-cp" in row["errors"])
+    assert result["meta"]["world_size"] == 2
+    assert "| 2 | True | 32 |" in (tmp_path / "smoke_context_parallel.md").read_text()
