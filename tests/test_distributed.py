@@ -23,6 +23,7 @@ import torch.multiprocessing as mp
 import flashattn2
 from flashattn2 import flash_attn_func
 from flashattn2.distributed import (
+    _cpu_groups,
     _from_natural,
     _local_shard,
     _to_natural,
@@ -193,6 +194,16 @@ def _bad_inputs(rank: int, world: int) -> None:
         q, k, v = _shards(1, 12, 2)
         out, _, _ = fn(q, k, v, causal=True, return_attn_probs=True)
         assert torch.equal(fn(q, k, v, causal=True), out)
+    # a group that takes no CPU tensors (NCCL) has the check run on a gloo group of its ranks, made once
+    get_backend, dist.get_backend = dist.get_backend, lambda group=None: "nccl"
+    try:
+        for _ in range(2):
+            with pytest.raises(ValueError, match=r"shards differ.*rank 1: q \(1, 14, 2"):
+                ring_flash_attn_func(*_shards(1, 12 + 2 * rank, 2))
+        assert list(_cpu_groups) == [dist.group.WORLD]
+        assert dist.get_process_group_ranks(_cpu_groups[dist.group.WORLD]) == list(range(world))
+    finally:
+        dist.get_backend = get_backend
 
 
 def test_bad_input_raises_on_every_rank(tmp_path):

@@ -143,7 +143,7 @@ def unshard_sequence(x_local: torch.Tensor, dim: int = 1, group: dist.ProcessGro
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # any other dtype is code 4
 _DEVICE_TYPES = ("cpu", "cuda")
 _FIELDS = 7  # ndim, 4 sizes, dtype, device type
-_cpu_groups: dict[tuple[int, ...], dist.ProcessGroup] = {}
+_cpu_groups: dict[dist.ProcessGroup, dist.ProcessGroup] = {}
 
 
 def _cpu_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
@@ -151,10 +151,11 @@ def _cpu_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
     call: every rank of the group makes it then, since every call starts with the check."""
     if "gloo" in str(dist.get_backend(group)):
         return group
-    ranks = tuple(dist.get_process_group_ranks(group or dist.group.WORLD))
-    if ranks not in _cpu_groups:
-        _cpu_groups[ranks] = dist.new_group(list(ranks), backend="gloo", use_local_synchronization=True)
-    return _cpu_groups[ranks]
+    group = group or dist.group.WORLD
+    if group not in _cpu_groups:  # by the group object: a process group made anew gets a side group anew
+        ranks = dist.get_process_group_ranks(group)
+        _cpu_groups[group] = dist.new_group(ranks, backend="gloo", use_local_synchronization=True)
+    return _cpu_groups[group]
 
 
 def _describe(x) -> list[int]:
