@@ -142,6 +142,26 @@ def test_three_ranks(tmp_path):
     _spawn(tmp_path, 3, _check_cases, cases, torch.float16, "cpu")
 
 
+def test_four_ranks(tmp_path):
+    cases = [
+        Case("ring", "zigzag", True, 1, 40, 2, 1, 16),  # chunks of 5
+        Case("ring", "contiguous", False, 1, 20, 2, 2, 16),
+        Case("ulysses", "zigzag", True, 1, 24, 4, 2, 16),  # 2 kv heads for 4 ranks: copies
+    ]
+    _spawn(tmp_path, 4, _check_cases, cases, torch.float16, "cpu")
+
+
+@pytest.mark.skipif(os.environ.get("FLASHATTN2_TEST_8_RANKS") != "1",
+                    reason="8 processes under the interpreter take minutes on 2 cores: FLASHATTN2_TEST_8_RANKS=1")
+def test_eight_ranks(tmp_path):
+    cases = [
+        Case("ring", "zigzag", True, 1, 48, 2, 1, 16),  # chunks of 3
+        Case("ring", "contiguous", True, 1, 24, 2, 2, 16),
+        Case("ulysses", "zigzag", True, 1, 32, 8, 2, 16),
+    ]
+    _spawn(tmp_path, 8, _check_cases, cases, torch.float16, "cpu")
+
+
 @pytest.mark.gpu
 @pytest.mark.multigpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2+ CUDA GPUs")
