@@ -177,3 +177,63 @@ def test_fp8_error_on_original_inputs(outliers):
     ours = flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
     pt, _ = attention_fp8_ref(q8, k8, v8, qd, kd, vd, causal=True, upcast=False)
     assert_close_to_ref("out vs bf16 originals", ours, ref, pt, FWD_FACTOR)
+
+
+def _quantize_like(x: torch.Tensor, descale: torch.Tensor) -> torch.Tensor:
+    """x (batch, seqlen, nheads_k, dim) in e4m3 with given (batch, nheads_k) descales (appended rows must share
+    the cache's scale)."""
+    return (x.float() / descale[:, None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("paged,num_splits", [(False, 0), (False, 3), (True, 1)])
+def test_fp8_kvcache_with_append(paged, num_splits):
+    from flashattn2 import flash_attn_with_kvcache
+
+    torch.manual_seed(7)
+    batch, new, nheads, nheads_k, dim, capacity, page = 2, 2, 4, 2, 64, 48, 8
+    q, k_full, v_full = _inputs(batch, new, capacity, nheads, nheads_k, dim, seed=21)
+    q8, k_cache, v_cache, qd, kd, vd = quantize_fp8(q, k_full, v_full)
+    k_new, v_new = (_quantize_like(randn(batch, new, nheads_k, dim, dtype=torch.bfloat16), d) for d in (kd, vd))
+    seqlens = torch.tensor([20, 37], dtype=torch.int32, device=DEVICE)
+    block_table = None
+    if paged:  # the same rows in shuffled pages of a pool
+        pages = capacity // page
+        perm = torch.randperm(batch * pages, device=DEVICE)
+        block_table = perm.view(batch, pages).to(torch.int32)
+        pool = [torch.empty(batch * pages, page, nheads_k, dim, dtype=torch.uint8, device=DEVICE) for _ in range(2)]
+        for x, p in zip((k_cache, v_cache), pool, strict=True):
+            p[perm] = x.view(torch.uint8).reshape(batch * pages, page, nheads_k, dim)
+        k_cache, v_cache = (p.view(torch.float8_e4m3fn) for p in pool)
+    out, lse = flash_attn_with_kvcache(q8, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=seqlens, causal=True,
+                                       block_table=block_table, num_splits=num_splits, return_softmax_lse=True,
+                                       q_descale=qd, k_descale=kd, v_descale=vd)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape
+    for b in range(batch):
+        if paged:
+            logical = [c.view(torch.uint8)[block_table[b].long()].reshape(capacity, nheads_k, dim)
+                       .view(torch.float8_e4m3fn)[None] for c in (k_cache, v_cache)]
+        else:
+            logical = [c[b:b + 1] for c in (k_cache, v_cache)]
+        end = int(seqlens[b]) + new
+        for c, x in zip(logical, (k_new, v_new), strict=True):  # appended bit for bit
+            assert torch.equal(c[0, end - new:end].view(torch.uint8), x[b].view(torch.uint8))
+        keys, values = (c[:, :end] for c in logical)
+        args = (q8[b:b + 1], keys, values, qd[b:b + 1], kd[b:b + 1], vd[b:b + 1])
+        ref, ref_lse = attention_fp8_ref(*args, causal=True)
+        pt, _ = attention_fp8_ref(*args, causal=True, upcast=False)
+        assert_close_to_ref(f"out[{b}]", out[b:b + 1], ref, pt, FWD_FACTOR)
+        torch.testing.assert_close(lse[b:b + 1].double(), ref_lse, rtol=1e-4, atol=1e-4)
+
+
+def test_fp8_kvcache_bad_input():
+    from flashattn2 import flash_attn_with_kvcache
+
+    q8, k8, v8, qd, kd, vd = _fp8_args()
+    with pytest.raises(ValueError, match="missing: v_descale"):
+        flash_attn_with_kvcache(q8, k8, v8, q_descale=qd, k_descale=kd)
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        flash_attn_with_kvcache(q8, k8.float().to(torch.bfloat16), v8, q_descale=qd, k_descale=kd, v_descale=vd)
+    cos = torch.ones(16, 8, device=DEVICE)
+    with pytest.raises(NotImplementedError, match="rotary"):
+        flash_attn_with_kvcache(q8, k8, v8, k=k8[:, :1], v=v8[:, :1], cache_seqlens=4, rotary_cos=cos,
+                                rotary_sin=cos, q_descale=qd, k_descale=kd, v_descale=vd)

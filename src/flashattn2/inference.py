@@ -8,6 +8,7 @@ from typing import Optional
 
 import torch
 
+from . import fp8
 from .interface import _check_heads, _check_options, _check_tensors, _softmax_scale, _unit_last_stride
 from .kernels import combine as combine_kernels
 from .kernels.common import INTERPRET
@@ -105,9 +106,9 @@ def _check_index(name: str, x, batch: int, device: torch.device) -> None:
 
 
 def _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-                   block_table, num_splits) -> None:
+                   block_table, num_splits, is_fp8: bool = False) -> None:
     """Shapes, dtypes and devices on the host; the values of the index tensors are checked on the GPU."""
-    _check_tensors(q, k_cache, v_cache, 4, "(batch, seqlen, nheads, headdim)")
+    _check_tensors(q, k_cache, v_cache, 4, "(batch, seqlen, nheads, headdim)", is_fp8)
     _check_heads(q, k_cache, v_cache)
     batch, seqlen_q, _, head_dim = q.shape
     if k_cache.shape != v_cache.shape:
@@ -205,6 +206,10 @@ def flash_attn_with_kvcache(
     alibi_slopes: torch.Tensor | None = None,
     num_splits: int = 0,
     return_softmax_lse: bool = False,
+    *,
+    q_descale: torch.Tensor | None = None,
+    k_descale: torch.Tensor | None = None,
+    v_descale: torch.Tensor | None = None,
 ):
     """
     If k and v are not None, k_cache and v_cache are updated in place with the new values from k and v:
@@ -254,6 +259,9 @@ def flash_attn_with_kvcache(
         num_splits: int. Splits of the keys, merged afterwards (split-KV). 0: a heuristic from the shapes
             only (no sync); 1: no split.
         return_softmax_lse: bool. Whether to return the logsumexp of the attention scores.
+        q_descale, k_descale, v_descale: (batch_size, nheads_k), float32, with q, k_cache, v_cache (and k, v) in
+            torch.float8_e4m3fn: the true values are the fp8 ones times these factors (k and v are appended as
+            they are, so they must be quantised with the cache's scales). The output is then bfloat16; no rotary.
     Return:
         out: (batch_size, seqlen, nheads, headdim).
         softmax_lse [optional, if return_softmax_lse=True]: (batch_size, nheads, seqlen). The logsumexp of each
@@ -261,15 +269,23 @@ def flash_attn_with_kvcache(
             for a row that sees no key.
     """
     traced = _traced(q)
+    given = (q_descale, k_descale, v_descale)
     key = None if traced else _seen_key(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                                         cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
-                                        causal, window_size, softcap, rotary_interleaved, num_splits)
+                                        causal, window_size, softcap, rotary_interleaved, num_splits, given)
     seen = None if key is None else _seen.get(key)
     key_q, key_k, key_v = q, k, v
     plan = None
+    descales = None if q_descale is None and k_descale is None and v_descale is None else given
     if seen is None:
+        is_fp8 = descales is not None or fp8.is_fp8(q, k_cache, v_cache)
         _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                       cache_leftpad, block_table, num_splits)
+                       cache_leftpad, block_table, num_splits, is_fp8)
+        if is_fp8:
+            if rotary_cos is not None:
+                raise NotImplementedError("rotary_cos/rotary_sin with FP8 inputs: rotate q and k before they are "
+                                          "quantised (flashattn2.rotary.apply_rotary_emb)")
+            descales = fp8.check_descales(q, *given, q.shape[0], k_cache.shape[2], False)
         batch, _, nheads, head_dim = q.shape
         window_left, window_right, softcap, _, alibi_slopes = _check_options(q, batch, nheads, 0.0, causal,
                                                                              window_size, softcap, alibi_slopes)
@@ -286,12 +302,15 @@ def flash_attn_with_kvcache(
     if traced:
         out, lse = _kvcache_op(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
                                cache_leftpad, block_table, opts.alibi_slopes, opts.softmax_scale, opts.window_left,
-                               opts.window_right, opts.softcap, bool(rotary_interleaved), num_splits)
+                               opts.window_right, opts.softcap, bool(rotary_interleaved), num_splits,
+                               *(descales or (None, None, None)))
     else:
         out, lse, plan = _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                                  cache_leftpad, block_table, opts, bool(rotary_interleaved), num_splits, plan)
+                                  cache_leftpad, block_table, opts, bool(rotary_interleaved), num_splits, plan,
+                                  descales)
         # remembered when the inputs went in as they came (no layout fix-up the fast path would skip)
-        unchanged = q is key_q and k is key_k and v is key_v and opts.alibi_slopes is alibi_slopes
+        unchanged = (q is key_q and k is key_k and v is key_v and opts.alibi_slopes is alibi_slopes
+                     and (descales is None or all(a is b for a, b in zip(descales, given, strict=True))))
         if seen is None and key is not None and unchanged:
             _seen.add(key, (opts._replace(alibi_slopes=None), plan))
     return (out, lse) if return_softmax_lse else out
@@ -307,11 +326,12 @@ def _layout(x):
 
 
 def _seen_key(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-              block_table, alibi_slopes, softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits):
+              block_table, alibi_slopes, softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits,
+              descales):
     """The key of a call in _seen, or None when an argument is not of a plain type (the checks judge it)."""
     key = []
     for x in (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, block_table,
-              alibi_slopes):
+              alibi_slopes, *descales):
         if x is None:
             key.append(None)
         elif type(x) is torch.Tensor:
@@ -330,7 +350,7 @@ def _seen_key(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
 
 
 def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-             block_table, opts: AttnOptions, rotary_interleaved: bool, num_splits: int, plan=None):
+             block_table, opts: AttnOptions, rotary_interleaved: bool, num_splits: int, plan=None, descales=None):
     """Rotate, append, attend: (out, lse, plan). The op's body, called directly by eager calls: the op's
     dispatch costs more host time than a decode step's kernels."""
     with _device_guard(q):
@@ -344,7 +364,7 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
                 q = rotate(q.reshape(b, 1, s * h, d), rotary_cos, rotary_sin, rotary_interleaved, False, cache_seqlens,
                            None, None, False).reshape(b, s, h, d)
         return kvcache_attention(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, cache_batch_idx,
-                                 block_table, opts, num_splits, plan)
+                                 block_table, opts, num_splits, plan, descales)
 
 
 @torch.library.custom_op("flashattn2::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
@@ -353,16 +373,20 @@ def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k
                 cache_seqlens: Optional[torch.Tensor], cache_batch_idx: Optional[torch.Tensor],
                 cache_leftpad: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
                 alibi_slopes: Optional[torch.Tensor], softmax_scale: float, window_left: int, window_right: int,
-                softcap: float, rotary_interleaved: bool, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+                softcap: float, rotary_interleaved: bool, num_splits: int, q_descale: Optional[torch.Tensor] = None,
+                k_descale: Optional[torch.Tensor] = None,
+                v_descale: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     opts = AttnOptions(softmax_scale, window_left, window_right, softcap, alibi_slopes=alibi_slopes)
+    descales = None if q_descale is None else (q_descale, k_descale, v_descale)
     out, lse, _ = _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                           cache_leftpad, block_table, opts, rotary_interleaved, num_splits)
+                           cache_leftpad, block_table, opts, rotary_interleaved, num_splits, None, descales)
     return out, lse
 
 
 @_kvcache_op.register_fake
 def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
                   block_table, alibi_slopes, softmax_scale, window_left, window_right, softcap, rotary_interleaved,
-                  num_splits):
+                  num_splits, q_descale=None, k_descale=None, v_descale=None):
     batch, seqlen_q, nheads, _ = q.shape
-    return torch.empty_like(q), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+    out_dtype = fp8.OUT_DTYPE if q.dtype == fp8.FP8_DTYPE else q.dtype
+    return torch.empty_like(q, dtype=out_dtype), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)

@@ -63,7 +63,7 @@ def cache_sequence(off_b, CacheSeqlens, CacheLeftpad, CacheBatchIdx, seqlen_new,
 @triton.jit(do_not_specialize=("total_q",))
 def kvcache_attention_kernel(
     Q, KCache, VCache, Out, Lse, Flag, CacheSeqlens, CacheLeftpad, CacheBatchIdx, BlockTable, CuSeqlensQ,
-    AlibiSlopes,
+    AlibiSlopes, QDescale, KDescale, VDescale,
     stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
     stride_os, stride_ob, stride_om, stride_oh, stride_ls, stride_lb, stride_lm, stride_lh, stride_bt,
     stride_alibi_b, nheads, group, seqlen_q, seqlen_new, capacity, cache_rows, num_pages, page_size, total_q,
@@ -72,11 +72,13 @@ def kvcache_attention_kernel(
     G: tl.constexpr, G_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, HAS_LEFT: tl.constexpr,
     HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, PAGED: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr, IS_FP8: tl.constexpr = False,
 ):
     """One program per (row tile, batch x head slot, split). G query heads share a tile (G_PAD rows per
     query position, G of them used); G = 1 without packing. With NUM_SPLITS = 1, Out/Lse are the final
-    outputs (lse +inf for a row that sees no key); otherwise fp32 partials (lse -inf when empty)."""
+    outputs (lse +inf for a row that sees no key); otherwise fp32 partials (lse -inf when empty).
+    IS_FP8: q and the caches are e4m3 with (batch, nheads_k) descales; they are widened to bf16 (exactly) and
+    the matmuls run in bf16: decoding is bound by reading the cache, which FP8 halves."""
     start_r = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
     split = tl.program_id(2)
@@ -110,6 +112,14 @@ def kvcache_attention_kernel(
     alibi_slope = 0.0
     if HAS_ALIBI:
         alibi_slope = (tl.load(AlibiSlopes + off_b64 * stride_alibi_b + head) * LOG2E)[:, None]
+    v_descale = 1.0
+    if IS_FP8:
+        descale_at = off_b64 * (nheads // group) + off_hk
+        qk_descale = tl.load(QDescale + descale_at) * tl.load(KDescale + descale_at)
+        qk_scale = qk_scale * qk_descale
+        softcap_in2 = softcap_in2 * qk_descale
+        v_descale = tl.load(VDescale + descale_at)
+        q = q.to(tl.bfloat16)
 
     # (a name bound here must not be rebound to another type inside the loop: Triton carries it)
     n_lo, _full_lo, _full_hi, n_hi = kv_range_for_q_tile(start_q, seqlen_q, seqlen_k, window_left, window_right,
@@ -133,6 +143,8 @@ def kvcache_attention_kernel(
         valid = valid & ~bad
         k = load_kv_rows(KCache, outer, inner, off_hk, stride_kb, stride_kn, stride_kh, offs_d, valid, HEAD_DIM,
                          BLOCK_D)
+        if IS_FP8:
+            k = k.to(tl.bfloat16)
         # the mask here also drops keys on bad page entries (valid), so the helper leaves masking to it
         qk, scale_log2, _tanh = masked_scores(
             q, k, q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
@@ -143,6 +155,8 @@ def kvcache_attention_kernel(
         p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, scale_log2, True)
         v = load_kv_rows(VCache, outer, inner, off_hk, stride_vb, stride_vn, stride_vh, offs_d, valid, HEAD_DIM,
                          BLOCK_D)
+        if IS_FP8:
+            v = v.to(tl.bfloat16)
         acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
 
     bits |= tl.max(bad_page.to(tl.int32), 0) << 4
@@ -152,6 +166,8 @@ def kvcache_attention_kernel(
         lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     else:
         out, lse = finalize(acc, m_i, l_i)
+    if IS_FP8:
+        out = out * v_descale  # linear: split partials scale alike before the merge
     if bits != 0:
         tl.store(Flag + KVCACHE_WORD, bits)
         out = tl.full([BLOCK_M, BLOCK_D], float("nan"), tl.float32)
@@ -285,7 +301,8 @@ class KVCachePlan:
             num_splits = num_splits_heuristic(programs, capacity, block_n, q.device, paged)
         self.num_splits = num_splits = max(1, min(num_splits, 256))
         self.batch, self.seqlen_q, self.varlen = batch, seqlen_q, varlen
-        self.out_shape, self.dtype, self.device = q.shape, q.dtype, q.device
+        fp8 = q.dtype == torch.float8_e4m3fn
+        self.out_shape, self.dtype, self.device = q.shape, torch.bfloat16 if fp8 else q.dtype, q.device
         self.empty = batch * seqlen_q * nheads == 0
         total_q = q.shape[0] if varlen else batch * seqlen_q
         # final outputs: out like q, lse (batch, heads, seqlen_q) or packed (heads, total_q)
@@ -316,7 +333,7 @@ class KVCachePlan:
             dict(named, nheads=nheads, group=group, seqlen_q=seqlen_q, seqlen_new=seqlen_new, capacity=capacity,
                  cache_rows=cache_rows, num_pages=num_pages, page_size=page_size, total_q=total_q,
                  HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, G=g, G_PAD=g_pad,
-                 NUM_SPLITS=num_splits, INTERPRET=INTERPRET, **flags),
+                 NUM_SPLITS=num_splits, INTERPRET=INTERPRET, IS_FP8=fp8, **flags),
             4, num_stages)
         self.combine = None
         if num_splits > 1:
@@ -338,19 +355,21 @@ class KVCachePlan:
                 dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block, **flags), 4, 1)
 
     def __call__(self, q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
-                 opts: AttnOptions, flag: torch.Tensor, out: torch.Tensor, lse: torch.Tensor):
-        """Append, then attend into out / lse (allocated by the caller)."""
+                 opts: AttnOptions, flag: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                 descales=(None, None, None)):
+        """Append, then attend into out / lse (allocated by the caller). descales: FP8's (q, k, v) factors."""
         tables = (cache_seqlens, cache_leftpad, cache_batch_idx, block_table)
         if self.append is not None:
             self.append(k_new, v_new, k_cache, v_cache, *tables)
         if self.empty:
             return
         if self.num_splits == 1:
-            self.attend(q, k_cache, v_cache, out, lse, flag, *tables, opts.cu_seqlens_q, opts.alibi_slopes)
+            self.attend(q, k_cache, v_cache, out, lse, flag, *tables, opts.cu_seqlens_q, opts.alibi_slopes, *descales)
             return
         out_p = torch.empty(self.partial_shape, dtype=torch.float32, device=self.device)
         lse_p = torch.empty(self.partial_shape[:4], dtype=torch.float32, device=self.device)
-        self.attend(q, k_cache, v_cache, out_p, lse_p, flag, *tables, opts.cu_seqlens_q, opts.alibi_slopes)
+        self.attend(q, k_cache, v_cache, out_p, lse_p, flag, *tables, opts.cu_seqlens_q, opts.alibi_slopes,
+                    *descales)
         if self.combine is not None:
             self.combine(out_p, lse_p, out, lse)
 
@@ -374,18 +393,18 @@ def kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad
 
 
 def kvcache_attention(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
-                      opts: AttnOptions, num_splits: int, plan: KVCachePlan | None = None):
+                      opts: AttnOptions, num_splits: int, plan: KVCachePlan | None = None, descales=None):
     """Append (k_new, v_new already rotated), then attend, on checked inputs; returns (out, lse, plan).
-    plan is kvcache_plan's for these inputs, where the caller has it already."""
+    plan is kvcache_plan's for these inputs, where the caller has it already; descales: FP8's factors."""
     device = q.device
     raise_pending(device)  # a failed check of an earlier call
     if plan is None:
         plan = kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx,
                             block_table, opts, num_splits)
-    out = common.empty(q.shape, q.dtype, device)
+    out = common.empty(q.shape, plan.dtype, device)
     lse = common.empty(plan.lse_shape, torch.float32, device)
     plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, opts,
-         cu_seqlens.flag(device), out, lse)
+         cu_seqlens.flag(device), out, lse, descales or (None, None, None))
     if cu_seqlens.SYNC_CHECKS and device.type == "cuda":
         torch.cuda.current_stream(device).synchronize()
         raise_pending(device)
