@@ -151,8 +151,6 @@ def test_four_ranks(tmp_path):
     _spawn(tmp_path, 4, _check_cases, cases, torch.float16, "cpu")
 
 
-@pytest.mark.skipif(os.environ.get("FLASHATTN2_TEST_8_RANKS") != "1",
-                    reason="8 processes under the interpreter take minutes on 2 cores: FLASHATTN2_TEST_8_RANKS=1")
 def test_eight_ranks(tmp_path):
     cases = [
         Case("ring", "zigzag", True, 1, 48, 2, 1, 16),  # chunks of 3

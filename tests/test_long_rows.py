@@ -113,16 +113,22 @@ from flashattn2.kernels import backward, forward
 
 base = dict(HEAD_DIM=128, BLOCK_D=128, HAS_LEFT=True, HAS_RIGHT=True, IS_VARLEN=False, HAS_SOFTCAP=False,
             HAS_ALIBI=False, HAS_DROPOUT=False, USE_TMA=False, INTERPRET=False, CuSeqlensQ=None, CuSeqlensK=None,
-            AlibiSlopes=None, Seed=None, QDescale=None, KDescale=None, VDescale=None, LONG_ROWS=True)
+            AlibiSlopes=None, Seed=None, QDescale=None, KDescale=None, VDescale=None, LONG_ROWS=True, IS_FP8=False,
+            V_T=False, stride_vd=1)
 ft = dict(Q="*bf16", K="*bf16", V="*bf16", Out="*bf16", Lse="*fp32", qk_scale="fp32", softcap_in2="fp32",
           softcap_out="fp32", dropout_p="fp32")
 bt = dict(ft, dOut="*bf16", Delta="*fp32", dQ="*fp32", dK="*bf16", dV="*bf16", softmax_scale="fp32")
+# the FP8 forward: e4m3 inputs, descales, V read sequence-contiguous with a 64-bit head-dim stride
+f8 = dict(ft, Q="*fp8e4nv", K="*fp8e4nv", V="*fp8e4nv", QDescale="*fp32", KDescale="*fp32", VDescale="*fp32")
+fp8 = dict(BLOCK_M=128, BLOCK_N=128, IS_FP8=True, V_T=True, QDescale="runtime", KDescale="runtime",
+           VDescale="runtime", stride_vd="runtime")
 for kernel, types, extra in ((forward.attention_fwd_kernel, ft, dict(BLOCK_M=128, BLOCK_N=64)),
+                             (forward.attention_fwd_kernel, f8, fp8),
                              (backward.attention_bwd_dkdv_kernel, bt, dict(BLOCK_M=64, BLOCK_N=128, ATOMIC_DQ=False,
                                                                            TMA_DQ=False)),
                              (backward.attention_bwd_dq_kernel, bt, dict(BLOCK_M=128, BLOCK_N=64))):
     names = kernel.arg_names
-    consts = {k: v for k, v in dict(base, **extra).items() if k in names}
+    consts = {k: v for k, v in dict(base, **extra).items() if k in names and v != "runtime"}
     sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
     src = ASTSource(kernel, sig, {(names.index(n),): v for n, v in consts.items()})
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8)).asm["ptx"]
