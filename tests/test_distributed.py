@@ -61,7 +61,9 @@ class Case(NamedTuple):
 def _entry(rank: int, world: int, store: str, backend: str, fn, args) -> None:
     torch.set_num_threads(1)  # 2 or 3 processes share the CI machine's 2 cores
     if backend == "nccl":
-        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off on the lent machines
+        # NVLink multicast stays off (on shared machines it can take the host's GPUs out of service)
+        os.environ["NCCL_NVLS_ENABLE"] = "0"
+        os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
         torch.cuda.set_device(rank)
     dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=COLLECTIVE_TIMEOUT)

@@ -68,7 +68,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple
     if q.is_cuda and capability(q.get_device()) < (8, 9):
         raise NotImplementedError(f"FP8 attention needs FP8 tensor cores (sm_89 or newer); this GPU is "
                                   f"sm_{''.join(map(str, capability(q.get_device())))}")
-    v = _rows_contiguous(v)
+    v = rows_contiguous(v)
     if _traced(q):
         return torch.ops.flashattn2.fwd_fp8(q, k, v, *descales, opts.cu_seqlens_q, opts.cu_seqlens_k,
                                             opts.alibi_slopes, opts.max_seqlen_q, opts.max_seqlen_k,
@@ -86,7 +86,7 @@ def _fwd_fp8_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: to
     opts = AttnOptions(softmax_scale=softmax_scale, window_left=window_left, window_right=window_right,
                        softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
                        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
-    out, lse, _ = forward(q, k, _rows_contiguous(v), opts, descales=(q_descale, k_descale, v_descale))
+    out, lse, _ = forward(q, k, rows_contiguous(v), opts, descales=(q_descale, k_descale, v_descale))
     return out, lse
 
 
@@ -97,7 +97,7 @@ def _fwd_fp8_fake(q, k, v, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seq
             torch.empty(lse_shape, dtype=torch.float32, device=q.device))
 
 
-def _rows_contiguous(v: torch.Tensor) -> torch.Tensor:
+def rows_contiguous(v: torch.Tensor) -> torch.Tensor:
     """v with the same shape, stored sequence-contiguous per (batch, head, channel): FP8 tensor cores read the
     P V matmul's V along the keys, and the kernel then loads it so without a transpose (one copy of V)."""
     if v.stride(-3 if v.dim() == 4 else 0) == 1:

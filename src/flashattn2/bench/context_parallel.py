@@ -40,8 +40,8 @@ from ..distributed import _Ring, _wait, ring_flash_attn_func, ulysses_flash_attn
 from .report import collect_meta, default_stem
 
 # NVLink multicast (NVLS) stays off: NCCL and symmetric memory read these when the process group starts
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
 
 METHODS = {"ring-zigzag": (ring_flash_attn_func, "zigzag"), "ring-contiguous": (ring_flash_attn_func, "contiguous"),
            "ulysses": (ulysses_flash_attn_func, "zigzag")}

@@ -52,6 +52,7 @@ def matmul_rates(n: int = 8192) -> dict:
 
 def sweep(head_dims) -> list[dict]:
     from flashattn2 import quantize_fp8
+    from flashattn2.fp8 import rows_contiguous
     from flashattn2.kernels.configs import FwdConfig
     from flashattn2.kernels.forward import ForwardPlan
     from flashattn2.kernels.params import AttnOptions
@@ -60,6 +61,7 @@ def sweep(head_dims) -> list[dict]:
     for head_dim in head_dims:
         seqlen = 8192
         q8, k8, v8, *descales = quantize_fp8(*_qkv(TOKENS // seqlen, seqlen, HIDDEN // head_dim, head_dim))
+        v8 = rows_contiguous(v8)  # V as flash_attn_func hands it to the kernel
         for causal in (False, True):
             opts = AttnOptions(softmax_scale=head_dim**-0.5, window_right=0 if causal else -1)
             flops = 4 * TOKENS * seqlen * HIDDEN / (2 if causal else 1)
