@@ -19,6 +19,8 @@ few integers on a CPU (gloo) group, so that bad input raises the same error on e
 leaving the others waiting in a collective. The other arguments must be the same on every rank.
 """
 
+import atexit
+
 import torch
 import torch.distributed as dist
 
@@ -144,6 +146,8 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # any o
 _DEVICE_TYPES = ("cpu", "cuda")
 _FIELDS = 7  # ndim, 4 sizes, dtype, device type
 _cpu_groups: dict[dist.ProcessGroup, dist.ProcessGroup] = {}
+# dropped before the interpreter's teardown: a process group destroyed then would abort the process
+atexit.register(_cpu_groups.clear)
 
 
 def _cpu_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
