@@ -121,45 +121,38 @@ def _check_cases(rank: int, world: int, cases: list[Case], dtype: torch.dtype, d
         _check_case(case, dtype, f"cuda:{rank}" if device == "cuda" else device)
 
 
-def test_two_ranks(tmp_path):
-    """Ring (zigzag, contiguous; causal or not; GQA; odd chunks; softcap, a scale) and Ulysses (GQA, kv heads
-    fewer than ranks, ALiBi with a window) on 2 ranks."""
-    cases = [
+# by world size: ring (zigzag, contiguous; causal or not; GQA; odd chunks; softcap, a scale) and Ulysses (GQA,
+# kv heads fewer than ranks, ALiBi with a window)
+RANK_CASES = {
+    2: [
         Case("ring", "zigzag", True, 2, 28, 4, 2, 32),  # chunks of 7
         Case("ring", "zigzag", False, 1, 24, 2, 2, 16, (("softcap", 5.0),)),
         Case("ring", "contiguous", True, 1, 26, 2, 1, 16),  # shards of 13
         Case("ring", "contiguous", False, 1, 24, 2, 1, 16, (("softmax_scale", 0.3),)),
         Case("ulysses", "zigzag", True, 2, 28, 4, 2, 32),
         Case("ulysses", "contiguous", False, 1, 26, 4, 1, 16, (("window_size", (6, 3)), ("alibi", True))),
-    ]
-    _spawn(tmp_path, 2, _check_cases, cases, torch.float16, "cpu")
-
-
-def test_three_ranks(tmp_path):
-    cases = [
+    ],
+    3: [
         Case("ring", "zigzag", True, 1, 30, 3, 1, 16),  # chunks of 5
         Case("ring", "contiguous", True, 1, 27, 2, 2, 16),
         Case("ulysses", "zigzag", True, 1, 30, 3, 1, 16),
-    ]
-    _spawn(tmp_path, 3, _check_cases, cases, torch.float16, "cpu")
-
-
-def test_four_ranks(tmp_path):
-    cases = [
+    ],
+    4: [
         Case("ring", "zigzag", True, 1, 40, 2, 1, 16),  # chunks of 5
         Case("ring", "contiguous", False, 1, 20, 2, 2, 16),
         Case("ulysses", "zigzag", True, 1, 24, 4, 2, 16),  # 2 kv heads for 4 ranks: copies
-    ]
-    _spawn(tmp_path, 4, _check_cases, cases, torch.float16, "cpu")
-
-
-def test_eight_ranks(tmp_path):
-    cases = [
+    ],
+    8: [
         Case("ring", "zigzag", True, 1, 48, 2, 1, 16),  # chunks of 3
         Case("ring", "contiguous", True, 1, 24, 2, 2, 16),
         Case("ulysses", "zigzag", True, 1, 32, 8, 2, 16),
-    ]
-    _spawn(tmp_path, 8, _check_cases, cases, torch.float16, "cpu")
+    ],
+}
+
+
+@pytest.mark.parametrize("world", sorted(RANK_CASES))
+def test_ranks(tmp_path, world):
+    _spawn(tmp_path, world, _check_cases, RANK_CASES[world], torch.float16, "cpu")
 
 
 @pytest.mark.gpu
@@ -315,7 +308,8 @@ def test_import_flashattn2_leaves_distributed_out():
 
 def test_context_parallel_benchmark_runs_on_cpu(tmp_path):
     """The benchmark script end to end at a tiny size (2 gloo processes, the interpreter): every method and the
-    single-process baseline timed, PyTorch's peer timed or its error recorded, JSON and markdown written."""
+    single-process baseline timed, PyTorch's peer timed or its error recorded, JSON written; then the report
+    script's markdown."""
     from flashattn2.bench import context_parallel
 
     argv = ["--device", "cpu", "--seqlens", "32", "--nheads", "2", "--headdim", "16", "--causal", "1",
@@ -327,4 +321,8 @@ def test_context_parallel_benchmark_runs_on_cpu(tmp_path):
         assert row["ms"][name] > 0, (name, row)
     assert (row["ms"]["torch-cp"] is None) == ("torch-cp" in row["errors"])
     assert result["meta"]["world_size"] == 2
+    script = Path(__file__).parents[1] / "benchmarks" / "report_context_parallel.py"
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "smoke_context_parallel.json")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
     assert "| 2 | True | 32 |" in (tmp_path / "smoke_context_parallel.md").read_text()

@@ -12,7 +12,7 @@ import torch
 
 from .kernels.common import capability
 from .kernels.params import AttnOptions
-from .ops import _traced, forward
+from .ops import _fwd_op_call, _traced, forward
 
 FP8_DTYPE = torch.float8_e4m3fn
 OUT_DTYPE = torch.bfloat16
@@ -83,9 +83,8 @@ def _fwd_fp8_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: to
                 cu_seqlens_k: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor], max_seqlen_q: int,
                 max_seqlen_k: int, softmax_scale: float, window_left: int, window_right: int,
                 softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
-    opts = AttnOptions(softmax_scale=softmax_scale, window_left=window_left, window_right=window_right,
-                       softcap=softcap, alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
-                       cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    _, _, _, opts, _ = _fwd_op_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, None, max_seqlen_q,
+                                    max_seqlen_k, softmax_scale, window_left, window_right, softcap, 0.0, False, False)
     out, lse, _ = forward(q, k, rows_contiguous(v), opts, descales=(q_descale, k_descale, v_descale))
     return out, lse
 

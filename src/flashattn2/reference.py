@@ -46,34 +46,41 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
     """
     if upcast:
         q, k, v = q.double(), k.double(), v.double()
-    batch, seqlen_q, nheads, head_dim = q.shape
-    seqlen_k, nheads_k = k.shape[1], k.shape[2]
+    nheads, head_dim, nheads_k = q.shape[2], q.shape[3], k.shape[2]
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
     k = k.repeat_interleave(nheads // nheads_k, dim=2)
     v = v.repeat_interleave(nheads // nheads_k, dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    probs, lse = _softmax(scores, causal, window_size, softcap, alibi_slopes)
+    if dropout_mask is not None:
+        probs = probs.masked_fill(~dropout_mask, 0.0) / (1.0 - dropout_p)
+    out = torch.einsum("bhqk,bkhd->bqhd", probs.to(v.dtype), v)
+    return out, lse
+
+
+def _softmax(scores: torch.Tensor, causal: bool, window_size: tuple[int, int], softcap: float,
+             alibi_slopes: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled scores (batch, nheads, seqlen_q, seqlen_k) -> (probabilities, lse) in attention_ref's order:
+    softcap, ALiBi, window mask, softmax in the scores' dtype; lse in at least fp32, +inf on empty rows."""
+    nheads, seqlen_q, seqlen_k = scores.shape[1:]
     if softcap > 0:
         scores = torch.tanh(scores / softcap) * softcap
     if alibi_slopes is not None:
         slopes = alibi_slopes.to(scores.dtype).reshape(-1 if alibi_slopes.dim() == 2 else 1, nheads, 1, 1)
-        rows = torch.arange(seqlen_q, device=q.device)[:, None] + (seqlen_k - seqlen_q)
-        dist = (rows - torch.arange(seqlen_k, device=q.device)[None, :]).abs()
+        rows = torch.arange(seqlen_q, device=scores.device)[:, None] + (seqlen_k - seqlen_q)
+        dist = (rows - torch.arange(seqlen_k, device=scores.device)[None, :]).abs()
         scores = scores - slopes * dist.to(scores.dtype)
     left, right = window_size
     if causal:
         right = 0
     if left >= 0 or right >= 0:
-        scores = scores.masked_fill(window_mask(seqlen_q, seqlen_k, (left, right), q.device), float("-inf"))
+        scores = scores.masked_fill(window_mask(seqlen_q, seqlen_k, (left, right), scores.device), float("-inf"))
     empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
     # keep empty rows finite through softmax (and its backward), then zero them
     scores = scores.masked_fill(empty, 0.0)
     probs = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)
-    if dropout_mask is not None:
-        probs = probs.masked_fill(~dropout_mask, 0.0) / (1.0 - dropout_p)
-    out = torch.einsum("bhqk,bkhd->bqhd", probs.to(v.dtype), v)
-    lse = torch.logsumexp(scores.float() if not upcast else scores, dim=-1)
-    lse = lse.masked_fill(empty.squeeze(-1), float("inf"))
-    return out, lse
+    lse = torch.logsumexp(scores if scores.dtype == torch.float64 else scores.float(), dim=-1)
+    return probs, lse.masked_fill(empty.squeeze(-1), float("inf"))
 
 
 def max_abs_error(x: torch.Tensor, ref: torch.Tensor, where: torch.Tensor | None = None) -> float:
@@ -113,32 +120,14 @@ def attention_fp8_ref(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_de
     if upcast:
         return attention_ref(q8.double() * qd.double(), k8.double() * kd.double(), v8.double() * vd.double(),
                              softmax_scale, causal, window_size, softcap, alibi_slopes)
-    batch, seqlen_q, nheads, head_dim = q8.shape
-    seqlen_k = k8.shape[1]
-    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q8.shape[-1])
     k = k8.float().repeat_interleave(group, dim=2)
     v = v8.float().repeat_interleave(group, dim=2)
     kd_h = k_descale.repeat_interleave(group, dim=1)[:, :, None, None]
     scores = torch.einsum("bqhd,bkhd->bhqk", q8.float(), k) * (scale * qd.squeeze(-1).transpose(1, 2)[..., None]
                                                                  * kd_h)
-    scores = scores.to(torch.bfloat16)
-    if softcap > 0:
-        scores = torch.tanh(scores / softcap) * softcap
-    if alibi_slopes is not None:
-        slopes = alibi_slopes.to(scores.dtype).reshape(-1 if alibi_slopes.dim() == 2 else 1, nheads, 1, 1)
-        rows = torch.arange(seqlen_q, device=q8.device)[:, None] + (seqlen_k - seqlen_q)
-        dist = (rows - torch.arange(seqlen_k, device=q8.device)[None, :]).abs()
-        scores = scores - slopes * dist.to(scores.dtype)
-    left, right = window_size
-    if causal:
-        right = 0
-    if left >= 0 or right >= 0:
-        scores = scores.masked_fill(window_mask(seqlen_q, seqlen_k, (left, right), q8.device), float("-inf"))
-    empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
-    scores = scores.masked_fill(empty, 0.0)
-    probs = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)
+    probs, lse = _softmax(scores.to(torch.bfloat16), causal, window_size, softcap, alibi_slopes)
     p8 = (probs.float() * 256.0).to(torch.float8_e4m3fn)
     vd_h = v_descale.repeat_interleave(group, dim=1)[:, None, :, None]
     out = torch.einsum("bhqk,bkhd->bqhd", p8.float(), v) * (vd_h / 256.0)
-    lse = torch.logsumexp(scores.float(), dim=-1).masked_fill(empty.squeeze(-1), float("inf"))
     return out.to(torch.bfloat16), lse

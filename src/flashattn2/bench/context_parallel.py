@@ -10,7 +10,8 @@ scaling efficiency t1 / (W tW), and PyTorch's context_parallel with SDPA as a pe
 otherwise). "ring-comm" is the ring's messages of a forward + backward (the K/V shards' hops, there and in
 the backward, and the gradients' hops) sent one after another with no attention: set against the ring's
 time it shows how much of the communication the attention hides. Writes <out-dir>/<stem>_context_parallel
-.json and .md with the device, GPU count, versions, date and `nvidia-smi topo -m`.
+.json with the device, GPU count, versions, date and `nvidia-smi topo -m`; benchmarks/report_context_parallel.py
+makes its markdown.
 
 At 512k tokens one forward + backward on one GPU takes tens of seconds: split the sweep across commands
 with --seqlens / --nheads / --causal where a command's time is limited. `--device cpu --seqlens 64
@@ -45,7 +46,6 @@ os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1"
 
 METHODS = {"ring-zigzag": (ring_flash_attn_func, "zigzag"), "ring-contiguous": (ring_flash_attn_func, "contiguous"),
            "ulysses": (ulysses_flash_attn_func, "zigzag")}
-COLUMNS = [*METHODS, "torch-cp", "ring-comm", "1-gpu"]
 
 
 def _sync(device: torch.device) -> None:
@@ -188,26 +188,6 @@ def _topology() -> str | None:
         return None
 
 
-def markdown(result: dict) -> str:
-    meta = result["meta"]
-    lines = [f"# Context parallelism: {meta['device']} x {meta['world_size']}", "",
-             f"torch {meta['torch']}, triton {meta['triton']}, {meta['date_utc']}, commit {meta['git_commit']}. "
-             f"Batch 1, {meta['dtype']}, head dim {meta['headdim']}; forward + backward, ms (the slowest rank's); "
-             "efficiency = t(1 GPU) / (W x t(W GPUs)); ring-comm: the ring's messages alone.", "",
-             "| heads | causal | seqlen | " + " | ".join(COLUMNS) + " | eff. ring-zigzag | eff. ulysses |",
-             "|---:|---|---:|" + "---:|" * (len(COLUMNS) + 2)]
-    for row in result["rows"]:
-        cells = ["n/a" if row["ms"].get(c) is None else f"{row['ms'][c]:.1f}" for c in COLUMNS]
-        eff = [f"{row['efficiency'][c]:.2f}" if c in row["efficiency"] else "n/a" for c in ("ring-zigzag", "ulysses")]
-        lines.append(f"| {row['nheads']} | {row['causal']} | {row['seqlen']} | " + " | ".join(cells + eff) + " |")
-    errors = sorted({f"- {name}: {error}" for row in result["rows"] for name, error in row["errors"].items()})
-    if errors:
-        lines += ["", "Errors (each once):", "", *errors]
-    if meta.get("topology"):
-        lines += ["", "`nvidia-smi topo -m`:", "", "```", meta["topology"].rstrip(), "```"]
-    return "\n".join(lines) + "\n"
-
-
 def _worker(rank: int, args: argparse.Namespace, store: str | None) -> None:
     world = args.nproc
     if store is None:  # torchrun
@@ -246,8 +226,7 @@ def _write(args, rows: list[dict], world: int, device: torch.device) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = (args.tag or default_stem(name)) + "_context_parallel"
     (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (out_dir / f"{stem}.md").write_text(markdown(result))
-    print(f"wrote {out_dir / stem}.json and .md", flush=True)
+    print(f"wrote {out_dir / stem}.json (markdown: python benchmarks/report_context_parallel.py on it)", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

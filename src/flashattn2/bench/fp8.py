@@ -5,7 +5,8 @@ batch and hidden 2048, next to the FP8 and bf16 matmul rates at 8192^3 (torch._s
 the same run. Accuracy (head dim 128, seqlen 4k, 16 heads): max error against float64 on the dequantised inputs
 (ours, and PyTorch with FP8 matmuls: reference.attention_fp8_ref) and against float64 on the bf16 originals
 (ours in FP8, ours in bf16, PyTorch in bf16), on random data and with outlier channels (10-100x) in k and v.
---sweep first times a few tile configurations of the FP8 kernel. Writes <stem>_fp8.json and .md.
+--sweep first times a few tile configurations of the FP8 kernel. Writes <stem>_fp8.json; its markdown and PNG
+come from benchmarks/report_fp8.py.
 """
 
 import argparse
@@ -128,35 +129,12 @@ def accuracy() -> list[dict]:
     return rows
 
 
-def write(result: dict, out_dir: Path, stem: str) -> list[Path]:
+def write(result: dict, out_dir: Path, stem: str) -> Path:
+    """<stem>_fp8.json (the markdown and PNG: python benchmarks/report_fp8.py <stem>_fp8.json)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{stem}_fp8.json", out_dir / f"{stem}_fp8.md"]
-    paths[0].write_text(json.dumps(result, indent=1))
-    mm = result["matmul"]
-    lines = ["# FP8 attention forward", ""] + [f"- {k}: {v}" for k, v in result["meta"].items()] + [
-        "", f"Same run: FP8 matmul (torch._scaled_mm, {mm['n']}^3) {mm['fp8_tflops']:.0f} TFLOP/s, bf16 matmul "
-        f"{mm['bf16_tflops']:.0f} TFLOP/s. Forward TFLOP/s, {TOKENS} tokens per batch, hidden {HIDDEN}.", "",
-        "| head dim | causal | seqlen | FP8 (ours) | bf16 (ours) | FP8 / bf16 | FP8 / FP8 matmul |",
-        "|---:|:-:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | {r['fp8_tflops']:.0f} | "
-              f"{r['bf16_tflops']:.0f} | {r['fp8_over_bf16']:.2f} | {r['fp8_tflops'] / mm['fp8_tflops']:.2f} |"
-              for r in result["speed"]]
-    lines += ["", "Max abs error, head dim 128, seqlen 4096, 16 heads (float64 references):", "",
-              "| data | causal | vs dequantised: ours FP8 | PyTorch FP8 | ratio | vs bf16 originals: ours FP8 | "
-              "PyTorch FP8 | ours bf16 | PyTorch bf16 | max abs out |",
-              "|---|:-:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in result["accuracy"]:
-        d, o = r["dequantised"], r["original"]
-        lines.append(f"| {'outliers' if r['outliers'] else 'random'} | {'yes' if r['causal'] else 'no'} | "
-                     f"{d['ours_fp8']:.2e} | {d['pytorch_fp8']:.2e} | {d['ours_fp8'] / d['pytorch_fp8']:.2f} | "
-                     f"{o['ours_fp8']:.2e} | {o['pytorch_fp8']:.2e} | "
-                     f"{o['ours_bf16']:.2e} | {o['pytorch_bf16']:.2e} | {o['out_max']:.2e} |")
-    if result.get("sweep"):
-        lines += ["", "Tile sweep at seqlen 8192 (BLOCK_M, BLOCK_N, warps, stages): TFLOP/s", ""]
-        lines += [f"- d{r['head_dim']} {'causal' if r['causal'] else 'full'} {tuple(r['config'])}: "
-                  + (f"{r['tflops']:.0f}" if "tflops" in r else f"failed ({r['error']})") for r in result["sweep"]]
-    paths[1].write_text("\n".join(lines) + "\n")
-    return paths
+    path = out_dir / f"{stem}_fp8.json"
+    path.write_text(json.dumps(result, indent=1))
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,10 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     result["accuracy"] = accuracy() if args.accuracy else []
     meta = collect_meta(torch.cuda.get_device_name(), argv)
     meta["command"] = meta["command"].replace("flashattn2.bench", "flashattn2.bench.fp8", 1)
+    meta.update(tokens_per_batch=TOKENS, hidden=HIDDEN)
     result = {"meta": meta, **result}
     stem = args.tag or default_stem(torch.cuda.get_device_name())
-    for path in write(result, Path(args.out_dir), stem):
-        print(f"wrote {path}")
+    print(f"wrote {write(result, Path(args.out_dir), stem)}")
     return 0
 
 

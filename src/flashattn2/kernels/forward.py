@@ -12,7 +12,7 @@ from .dropout import dropout_keep
 from .launch import Launch, PlanCache, align
 from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
-from .scores import masked_scores, transformed_scores
+from .scores import fp8_scales, masked_scores, transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
 from .softmax import finalize, online_softmax_update
 from .tma import load_tile, row_tiles, tma_usable
@@ -114,12 +114,8 @@ def attention_fwd_kernel(
     v_descale = 1.0
     P_SHIFT: tl.constexpr = 8.0 if IS_FP8 else 0.0
     if IS_FP8:
-        # the descales fold into the score scale (softcap's too) and into the output
-        descale_at = off_b64 * (nheads // group) + off_hk
-        qk_descale = tl.load(QDescale + descale_at) * tl.load(KDescale + descale_at)
-        qk_scale = qk_scale * qk_descale
-        softcap_in2 = softcap_in2 * qk_descale
-        v_descale = tl.load(VDescale + descale_at)
+        qk_scale, softcap_in2, v_descale = fp8_scales(QDescale, KDescale, VDescale, off_b, off_hk, nheads // group,
+                                                      qk_scale, softcap_in2)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)

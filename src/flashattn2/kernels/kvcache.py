@@ -28,7 +28,7 @@ from .launch import Launch, PlanCache, align
 from .mask import score_mask
 from .paged_kv import kv_row_coords, kv_row_ptrs, load_kv_rows, row_mask
 from .params import AttnOptions
-from .scores import masked_scores
+from .scores import fp8_scales, masked_scores
 from .softmax import finalize, online_softmax_update
 
 
@@ -114,11 +114,8 @@ def kvcache_attention_kernel(
         alibi_slope = (tl.load(AlibiSlopes + off_b64 * stride_alibi_b + head) * LOG2E)[:, None]
     v_descale = 1.0
     if IS_FP8:
-        descale_at = off_b64 * (nheads // group) + off_hk
-        qk_descale = tl.load(QDescale + descale_at) * tl.load(KDescale + descale_at)
-        qk_scale = qk_scale * qk_descale
-        softcap_in2 = softcap_in2 * qk_descale
-        v_descale = tl.load(VDescale + descale_at)
+        qk_scale, softcap_in2, v_descale = fp8_scales(QDescale, KDescale, VDescale, off_b, off_hk, nheads // group,
+                                                      qk_scale, softcap_in2)
         q = q.to(tl.bfloat16)
 
     # (a name bound here must not be rebound to another type inside the loop: Triton carries it)

@@ -39,6 +39,15 @@ def transformed_scores(qk, q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, softcap_i
 
 
 @triton.jit
+def fp8_scales(QDescale, KDescale, VDescale, off_b, off_hk, nheads_k, qk_scale, softcap_in2):
+    """FP8 inputs' (batch, kv head) descales folded into the score scales: (qk_scale, softcap_in2, v_descale),
+    the last for the output. The descales are contiguous (batch, nheads_k) fp32."""
+    at = off_b.to(tl.int64) * nheads_k + off_hk
+    qk_descale = tl.load(QDescale + at) * tl.load(KDescale + at)
+    return qk_scale * qk_descale, softcap_in2 * qk_descale, tl.load(VDescale + at)
+
+
+@triton.jit
 def masked_scores(q, k, q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
                   softcap_out, alibi_slope, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                   HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MASKED: tl.constexpr,
