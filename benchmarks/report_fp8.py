@@ -23,9 +23,26 @@ def markdown(result: dict) -> str:
         f"{mm['bf16_tflops']:.0f} TFLOP/s. Forward TFLOP/s, {tokens} tokens per batch, hidden {hidden}.", "",
         "| head dim | causal | seqlen | FP8 (ours) | bf16 (ours) | FP8 / bf16 | FP8 / FP8 matmul |",
         "|---:|:-:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | {r['fp8_tflops']:.0f} | "
-              f"{r['bf16_tflops']:.0f} | {r['fp8_over_bf16']:.2f} | {r['fp8_tflops'] / mm['fp8_tflops']:.2f} |"
-              for r in result["speed"]]
+    laid = "fp8_v_laid_tflops" in result["speed"][0]  # the columns of bench.fp8 since its Gluon FP8 kernel
+    if laid:
+        lines[-2:] = [
+            "FP8 (ours): flash_attn_func as called, V copied into the layout FP8 tensor cores read; V laid: V passed "
+            "already in that layout (fp8.rows_contiguous); Triton: the Triton FP8 kernel, V laid. Backends: the "
+            "kernels \"auto\" took (FP8 / bf16).", "",
+            "| head dim | causal | seqlen | FP8 (ours) | FP8, V laid | FP8 Triton | bf16 (ours) | FP8 / bf16 | "
+            "V laid / bf16 | V laid / FP8 matmul | backends |",
+            "|---:|:-:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in result["speed"]:
+        row = f"| {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | {r['fp8_tflops']:.0f} | "
+        if laid:
+            lines.append(row + f"{r['fp8_v_laid_tflops']:.0f} | {r['fp8_triton_tflops']:.0f} | "
+                         f"{r['bf16_tflops']:.0f} | {r['fp8_over_bf16']:.2f} | "
+                         f"{r['fp8_v_laid_tflops'] / r['bf16_tflops']:.2f} | "
+                         f"{r['fp8_v_laid_tflops'] / mm['fp8_tflops']:.2f} | "
+                         f"{r['fp8_backend']} / {r['bf16_backend']} |")
+        else:
+            lines.append(row + f"{r['bf16_tflops']:.0f} | {r['fp8_over_bf16']:.2f} | "
+                         f"{r['fp8_tflops'] / mm['fp8_tflops']:.2f} |")
     lines += ["", "Max abs error, head dim 128, seqlen 4096, 16 heads (float64 references):", "",
               "| data | causal | vs dequantised: ours FP8 | PyTorch FP8 | ratio | vs bf16 originals: ours FP8 | "
               "PyTorch FP8 | ours bf16 | PyTorch bf16 | max abs out |",
@@ -37,12 +54,12 @@ def markdown(result: dict) -> str:
                      f"{o['ours_fp8']:.2e} | {o['pytorch_fp8']:.2e} | "
                      f"{o['ours_bf16']:.2e} | {o['pytorch_bf16']:.2e} | {o['out_max']:.2e} |")
     if result.get("sweep"):
-        lines += ["", "Tile sweep at seqlen 8192 (BLOCK_M, BLOCK_N, warps, stages): TFLOP/s", ""]
+        fields = "(BLOCK_M, BLOCK_N, warps, stages)" if len(result["sweep"][0]["config"]) == 4 else \
+            "of the Gluon FP8 kernel (BLOCK_N, STAGES, PINGPONG)"
+        lines += ["", f"Tile sweep at seqlen 8192 {fields}: TFLOP/s", ""]
         lines += [f"- d{r['head_dim']} {'causal' if r['causal'] else 'full'} {tuple(r['config'])}: "
                   + (f"{r['tflops']:.0f}" if "tflops" in r else f"failed ({r['error']})") for r in result["sweep"]]
     return "\n".join(lines) + "\n"
-
-
 
 
 def plot(path: Path, result: dict) -> Path:
@@ -55,6 +72,9 @@ def plot(path: Path, result: dict) -> Path:
             seqlens = [r["seqlen"] for r in rows]
             tag = "causal" if causal else "full"
             ax.plot(seqlens, [r["fp8_tflops"] for r in rows], "o" + style, color="C3", label=f"FP8 {tag}")
+            if "fp8_triton_tflops" in rows[0]:
+                ax.plot(seqlens, [r["fp8_triton_tflops"] for r in rows], "^" + style, color="C1",
+                        label=f"FP8 Triton {tag}")
             ax.plot(seqlens, [r["bf16_tflops"] for r in rows], "s" + style, color="C0", label=f"bf16 {tag}")
         ax.axhline(result["matmul"]["fp8_tflops"], color="C3", lw=0.8, alpha=0.5, label="FP8 matmul")
         ax.set_xscale("log", base=2)

@@ -237,3 +237,39 @@ def test_fp8_kvcache_bad_input():
     with pytest.raises(NotImplementedError, match="rotary"):
         flash_attn_with_kvcache(q8, k8, v8, k=k8[:, :1], v=v8[:, :1], cache_seqlens=4, rotary_cos=cos,
                                 rotary_sin=cos, q_descale=qd, k_descale=kd, v_descale=vd)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="sync debug mode needs a GPU")
+@pytest.mark.parametrize("backend", ["auto", "triton"])
+def test_fp8_calls_do_not_sync(backend):
+    import flashattn2
+    from flashattn2 import flash_attn_with_kvcache
+    from flashattn2.kernels.backends import get_backend
+
+    q, k, v = _inputs(2, 300, 300, 8, 2, 128, seed=3)
+    cu = torch.tensor([0, 100, 300], dtype=torch.int32, device=DEVICE)
+    cache_seqlens = torch.tensor([50, 120], dtype=torch.int32, device=DEVICE)
+
+    def calls():
+        q8, k8, v8, qd, kd, vd = quantize_fp8(q, k, v)
+        flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+        p8 = quantize_fp8(q[0], k[0], v[0], cu, cu)
+        flash_attn_varlen_func(*p8[:3], cu, cu, 200, 200, causal=True, q_descale=p8[3], k_descale=p8[4],
+                               v_descale=p8[5])
+        flash_attn_with_kvcache(q8[:, :1], k8, v8, cache_seqlens=cache_seqlens, causal=True, q_descale=qd,
+                                k_descale=kd, v_descale=vd)
+
+    before = get_backend()
+    flashattn2.set_backend(backend)
+    try:
+        calls()  # the first calls compile; later ones are the steady state
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            calls()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        torch.cuda.synchronize()
+    finally:
+        flashattn2.set_backend(before)

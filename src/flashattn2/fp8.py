@@ -1,9 +1,11 @@
 """FP8 attention forward (FlashAttention-3's low-precision path): q, k, v in float8_e4m3fn with per-(batch, kv
 head) descale factors, the true value being the fp8 value times its descale; the output is bfloat16.
 
-The kernel is the Triton forward with its IS_FP8 flag: both matmuls take e4m3 operands (P too, scaled by 2**8 so
-that small probabilities keep their precision) and accumulate in fp32; the descales fold into the score scale
-and the output. Forward only.
+The kernels are the forwards' IS_FP8 variants (on Hopper the Gluon one, kernels/fwd_sm90.py, elsewhere and for what
+it declines the Triton one): both matmuls take e4m3 operands (P too, scaled by 2**8 so that small probabilities keep
+their precision) and accumulate in fp32; the descales fold into the score scale and the output. FP8 tensor cores read
+V along the keys: a V not stored sequence-contiguous is copied so once per call (pass rows_contiguous(v) to keep
+the copy out of repeated calls). Forward only.
 """
 
 from typing import Optional
@@ -98,12 +100,17 @@ def _fwd_fp8_fake(q, k, v, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seq
 
 def rows_contiguous(v: torch.Tensor) -> torch.Tensor:
     """v with the same shape, stored sequence-contiguous per (batch, head, channel): FP8 tensor cores read the
-    P V matmul's V along the keys, and the kernel then loads it so without a transpose (one copy of V)."""
-    if v.stride(-3 if v.dim() == 4 else 0) == 1:
+    P V matmul's V along the keys, and the kernels then load it so without a transpose (one copy of V).
+    Each channel's row of keys starts 16-byte aligned, as TMA needs."""
+    if v.stride(-3) == 1:
         return v
-    if v.dim() == 4:
-        return v.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
-    return v.permute(1, 2, 0).contiguous().permute(2, 0, 1)
+    # (batch, heads, head_dim, keys) or (heads, head_dim, total) storage
+    order, back = ((0, 2, 3, 1), (0, 3, 1, 2)) if v.dim() == 4 else ((1, 2, 0), (2, 0, 1))
+    vt = v.permute(order)
+    keys = vt.shape[-1]
+    buf = torch.empty((*vt.shape[:-1], -(-keys // 16) * 16), dtype=v.dtype, device=v.device)
+    buf[..., :keys] = vt
+    return buf[..., :keys].permute(back)
 
 
 def quantize_fp8(

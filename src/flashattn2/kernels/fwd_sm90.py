@@ -11,6 +11,11 @@ One program per 128-row query tile of one (batch, head), in three warp partition
 O goes out through TMA from the consumer's (no longer needed) Q stage; packed variable-length
 batches store with masked pointer stores, since a descriptor cannot end at each sequence.
 
+IS_FP8 (FlashAttention-3's FP8 path): q, k, v in e4m3 with (batch, kv head) descales folded into the
+score scale and the output; P goes to the PV matmul in e4m3, scaled by 2**8. FP8 tensor cores read
+both operands K-major, so V comes stored sequence-contiguous (fp8.rows_contiguous) and is loaded as
+(head_dim, keys) tiles; O (bf16) leaves with pointer stores.
+
 Masks, score transforms, block ranges and sequence bounds are the portable kernels' @triton.jit
 helpers (they compile inside Gluon), so both backends share one definition of every option.
 """
@@ -36,7 +41,7 @@ from .gluon_api import (
 from .launch import Launch
 from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
-from .scores import transformed_scores
+from .scores import fp8_scales, transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
 from .softmax import finalize, online_softmax_update
 from .tma import tma_usable
@@ -53,13 +58,20 @@ CONFIGS = {
     128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, PERSISTENT=True),
     256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, PERSISTENT=True),
 }
+# FP8: K and V tiles take half the bytes, so more stages fit (the H100 sweep at 8k: benchmarks/NOTES.md)
+CONFIGS_FP8 = {
+    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, PERSISTENT=True),
+    128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True, PERSISTENT=True),
+    256: dict(BLOCK_N=64, STAGES=4, PINGPONG=False, PERSISTENT=True),
+}
 # where "auto" takes this kernel: at head dims 64 and 256 the Triton forward is as fast (NOTES.md)
 AUTO_HEAD_DIMS = (128,)
+AUTO_HEAD_DIMS_FP8 = (64, 128, 256)
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     """Why "auto" keeps a call this kernel can run on the Triton forward (measured as fast or faster)."""
-    if q.shape[-1] not in AUTO_HEAD_DIMS:
+    if q.shape[-1] not in (AUTO_HEAD_DIMS_FP8 if q.dtype == torch.float8_e4m3fn else AUTO_HEAD_DIMS):
         return f"head dim {q.shape[-1]}: the Triton forward is as fast"
     if opts.softcap > 0.0:
         # its second exp2 and division per score cost this kernel more (0.82-0.87 -> 0.90 ms, NOTES.md)
@@ -95,7 +107,7 @@ def _tile(tile, num_m, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
               CuSeqlensQ, CuSeqlensK, num_m, num_tiles, nheads, group, seqlen_q, seqlen_k, total_q, total_k,
               window_left, window_right, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-              HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr):
+              HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr, IS_FP8: gl.constexpr):
     it = 0  # K/V ring slot, counted across work items
     done = 0  # work items finished, for the Q barriers' phases
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
@@ -120,29 +132,51 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
                 mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
                 tma_load(k_desc, [tma_b, k_start + start_n, off_hk, 0], k_ready.index(stage), k_smem.index(stage))
                 mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-                tma_load(v_desc, [tma_b, k_start + start_n, off_hk, 0], v_ready.index(stage), v_smem.index(stage))
+                if IS_FP8:  # V stored (batch, heads, head_dim, keys): a (head_dim, BLOCK_N) tile
+                    tma_load(v_desc, [tma_b, off_hk, 0, k_start + start_n], v_ready.index(stage),
+                             v_smem.index(stage))
+                else:
+                    tma_load(v_desc, [tma_b, k_start + start_n, off_hk, 0], v_ready.index(stage),
+                             v_smem.index(stage))
                 it += 1
             done += 1
 
 
 @gluon.constexpr_function
-def _wgmma_layout(n):
-    # wgmma's accumulator for a 64 x n tile of one warpgroup (16-bit inputs: K = 16 per instruction)
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+def _wgmma_layout(n, bits=16):
+    # wgmma's accumulator for a 64 x n tile of one warpgroup (K per instruction: 256 bits of inputs)
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 256 // bits])
 
 
 @gluon.constexpr_function
-def _p_layout(block_d):
-    # P as the register A operand of O += P V
-    return gl.DotOperandLayout(operand_index=0, parent=_wgmma_layout(block_d), k_width=2)
+def _p_layout(block_d, bits=16):
+    # P as the register A operand of O += P V (32 bits of K per register)
+    return gl.DotOperandLayout(operand_index=0, parent=_wgmma_layout(block_d, bits), k_width=32 // bits)
+
+
+@gluon.constexpr_function
+def _p_smem_layout(block_n):
+    # FP8's P as the shared A operand of O += P V (K-major: rows of keys)
+    return gl.NVMMASharedLayout.get_default_for([64, block_n], gl.float8e4nv)
+
+
+@gluon.jit
+def _v_tile(v_smem, stage, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, IS_FP8: gl.constexpr):
+    """Stage `stage` of V as the (BLOCK_N, BLOCK_D) B operand of O += P V (K-major for FP8)."""
+    if IS_FP8:
+        v = v_smem.index(stage).reshape([BLOCK_D, BLOCK_N]).permute([1, 0])
+    else:
+        v = v_smem.index(stage).reshape([BLOCK_N, BLOCK_D])
+    return v
 
 
 @gluon.jit
 def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
            softcap_out, alibi_slope, dtype: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
            HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-           MASKED: gl.constexpr):
-    """Raw scores of one tile -> P (dtype, in the PV matmul's A-operand layout), alpha, new m_i, l_i."""
+           MASKED: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
+    """Raw scores of one tile -> P (dtype, in the PV matmul's A-operand layout; FP8: as computed, for its
+    shared buffer), alpha, new m_i, l_i."""
     offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
     if HAS_SOFTCAP or HAS_ALIBI:
         s, _ = transformed_scores(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, softcap_in2,
@@ -154,8 +188,46 @@ def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_le
         visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left, window_right,
                              HAS_LEFT, HAS_RIGHT)
         s = gl.where(visible, s, float("-inf"))
-    p, alpha, m_i, l_i = online_softmax_update(s, m_i, l_i, scale, MASKED)
-    return gl.convert_layout(p.to(dtype), _p_layout(BLOCK_D)), alpha, m_i, l_i
+    p, alpha, m_i, l_i = online_softmax_update(s, m_i, l_i, scale, MASKED, P_SHIFT)
+    if IS_FP8:
+        p = p.to(dtype)
+    else:
+        p = gl.convert_layout(p.to(dtype), _p_layout(BLOCK_D))
+    return p, alpha, m_i, l_i
+
+
+@gluon.jit
+def _keep_p(p, p_smem, it, IS_FP8: gl.constexpr):
+    """P of key tile `it` as the next PV matmul takes it. FP8: into shared buffer it % 2 (the other one may
+    still feed the PV in flight): wgmma waits cannot hold 8-bit registers live, so the carried value is a
+    placeholder."""
+    if IS_FP8:
+        p_smem.index(it % 2).store(p)
+        fence_async_shared()
+        p = it
+    return p
+
+
+@gluon.jit
+def _issue_pv(p, p_smem, it, v_smem, acc, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+              IS_FP8: gl.constexpr):
+    """O += P_it V_it, asynchronously: P from registers, FP8's from its shared buffer."""
+    v = _v_tile(v_smem, it % STAGES, BLOCK_N, BLOCK_D, IS_FP8)
+    if IS_FP8:
+        tok = warpgroup_mma(p_smem.index(it % 2), v, acc, is_async=True)
+    else:
+        tok = warpgroup_mma(p, v, acc, is_async=True)
+    return tok
+
+
+@gluon.jit
+def _wait_pv(o_tok, p, IS_FP8: gl.constexpr):
+    """Wait for the PV matmul; register P stays a dependency, since it feeds the matmul until it retires."""
+    if IS_FP8:
+        acc = warpgroup_mma_wait(0, deps=[o_tok])
+    else:
+        acc, p = warpgroup_mma_wait(0, deps=[o_tok, p])
+    return acc, p
 
 
 @gluon.jit
@@ -174,14 +246,14 @@ def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
-def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, offs_m,
-          seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn,
+          offs_m, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
           WG: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
           HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr,
-          MASKED: gl.constexpr):
+          MASKED: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
     """Key tile `it` (at start_n): S_it = Q K_itᵀ and O += P_{it-1} V_{it-1} in flight together, the
     softmax of S_it under the PV matmul, then O rescaled and stage it-1 handed back."""
-    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N)
+    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N, q_tile.dtype.primitive_bitwidth)
     stage = it % STAGES
     prev = (it - 1) % STAGES
     mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
@@ -190,31 +262,32 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready,
     k_t = k_smem.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
     s_tok = warpgroup_mma(q_tile, k_t, gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
                           is_async=True)
-    o_tok = warpgroup_mma(p, v_smem.index(prev).reshape([BLOCK_N, BLOCK_D]), acc, is_async=True)
+    o_tok = _issue_pv(p, p_smem, it - 1, v_smem, acc, BLOCK_N, BLOCK_D, STAGES, IS_FP8)
     _pass_turn(turn, WG, PINGPONG)
     s = warpgroup_mma_wait(1, deps=[s_tok])
     p_next, alpha, m_i, l_i = _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left,
-                                     window_right, softcap_in2, softcap_out, alibi_slope, p.dtype, BLOCK_N,
-                                     BLOCK_D, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED)
-    # p stays a dependency: its registers feed the PV matmul until it retires
-    acc, p = warpgroup_mma_wait(0, deps=[o_tok, p])
+                                     window_right, softcap_in2, softcap_out, alibi_slope, q_tile.dtype, BLOCK_N,
+                                     BLOCK_D, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, IS_FP8, P_SHIFT)
+    p_next = _keep_p(p_next, p_smem, it, IS_FP8)
+    acc, p = _wait_pv(o_tok, p, IS_FP8)
     mbarrier.arrive(kv_empty.index(prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
     return acc, m_i, l_i, p_next
 
 
 @gluon.jit
-def _attend(q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, it, turns, offs_m, seqlen_q, seqlen_k, n_lo,
-            n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-            WG: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+def _attend(q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it, turns, offs_m, seqlen_q, seqlen_k,
+            n_lo, n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+            alibi_slope, WG: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
             HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-            PINGPONG: gl.constexpr):
+            PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
     """One consumer's 64 rows of a work item over key tiles [n_lo, n_hi): (acc, m_i, l_i, it, turns).
     `it` (the ring slot) and `turns` (ping-pong turns taken) run on across work items."""
-    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N)
+    bits: gl.constexpr = q_tile.dtype.primitive_bitwidth
+    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N, bits)
     m_i = gl.full([WG_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([WG_M], gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([WG_M, BLOCK_D], gl.float32, _wgmma_layout(BLOCK_D))
+    acc = gl.zeros([WG_M, BLOCK_D], gl.float32, _wgmma_layout(BLOCK_D, bits))
     if n_hi > n_lo:
         # the first tile alone: its S has no PV to overlap with (masked: it may be cut by anything)
         stage = it % STAGES
@@ -227,7 +300,8 @@ def _attend(q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, it, turns,
         s = warpgroup_mma_wait(0, deps=[s_tok])
         p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
                                 softcap_in2, softcap_out, alibi_slope, q_tile.dtype, BLOCK_N, BLOCK_D, HAS_LEFT,
-                                HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True)
+                                HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, IS_FP8, P_SHIFT)
+        p = _keep_p(p, p_smem, it, IS_FP8)
         it += 1
         turns += 1
         first = n_lo + BLOCK_N
@@ -235,49 +309,54 @@ def _attend(q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, it, turns,
         full_hi = gl.maximum(n_full_hi, first)
         if HAS_LEFT:  # tiles cut by the window's left edge
             for start_n in range(first, full_lo, BLOCK_N):
-                acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready,
+                acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, p_smem, k_ready,
                                          v_ready, kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left,
                                          window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D,
-                                         STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, True)
+                                         STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, True, IS_FP8,
+                                         P_SHIFT)
                 it += 1
                 turns += 1
         for start_n in range(full_lo, full_hi, BLOCK_N):  # tiles every row sees whole
-            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready,
-                                     kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-                                     softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
-                                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, False)
+            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, p_smem, k_ready,
+                                     v_ready, kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left,
+                                     window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES,
+                                     HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, False, IS_FP8, P_SHIFT)
             it += 1
             turns += 1
         for start_n in range(full_hi, n_hi, BLOCK_N):  # the diagonal, the window's right edge, the keys' end
-            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, k_ready, v_ready,
-                                     kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-                                     softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
-                                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, True)
+            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, p_smem, k_ready,
+                                     v_ready, kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left,
+                                     window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES,
+                                     HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, True, IS_FP8, P_SHIFT)
             it += 1
             turns += 1
         # the last PV
         prev = (it - 1) % STAGES
         mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
         _take_turn(turn, turns, WG, PINGPONG)
-        o_tok = warpgroup_mma(p, v_smem.index(prev).reshape([BLOCK_N, BLOCK_D]), acc, is_async=True)
+        o_tok = _issue_pv(p, p_smem, it - 1, v_smem, acc, BLOCK_N, BLOCK_D, STAGES, IS_FP8)
         _pass_turn(turn, WG, PINGPONG)
-        acc, p = warpgroup_mma_wait(0, deps=[o_tok, p])
+        acc, p = _wait_pv(o_tok, p, IS_FP8)
         mbarrier.arrive(kv_empty.index(prev), count=1)
         turns += 1
     return acc, m_i, l_i, it, turns
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn, o_desc,
-              Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, stride_om, stride_oh, stride_lse_b, stride_lse_h,
-              stride_alibi_b, num_m, num_tiles, nheads, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left,
-              window_right, softcap_in2, softcap_out, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
-              STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr,
-              HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr):
-    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N)
-    o_layout: gl.constexpr = _wgmma_layout(BLOCK_D)
+def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
+              o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale, stride_om, stride_oh,
+              stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, nheads, group, seqlen_q, seqlen_k, total_q,
+              total_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_N: gl.constexpr,
+              BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+              IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
+              PINGPONG: gl.constexpr, IS_FP8: gl.constexpr):
+    bits: gl.constexpr = q_smem.dtype.primitive_bitwidth
+    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N, bits)
+    o_layout: gl.constexpr = _wgmma_layout(BLOCK_D, bits)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    dtype: gl.constexpr = q_smem.dtype
+    dtype: gl.constexpr = Out.dtype.element_ty
+    # FP8's P carries 2**8 (softmax.online_softmax_update)
+    P_SHIFT: gl.constexpr = 8.0 if IS_FP8 else 0.0
     q_tile = q_smem.index(WG).reshape([WG_M, BLOCK_D])
     it = 0
     turns = 0
@@ -290,22 +369,36 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
             alibi_slope = 0.0
             if HAS_ALIBI:
                 alibi_slope = gl.load(AlibiSlopes + off_b.to(gl.int64) * stride_alibi_b + off_h) * LOG2E
+            tile_scale = qk_scale
+            tile_softcap_in2 = softcap_in2
+            v_descale = 1.0
+            if IS_FP8:
+                tile_scale, tile_softcap_in2, v_descale = fp8_scales(QDescale, KDescale, VDescale, off_b,
+                                                                     off_h // group, nheads // group, qk_scale,
+                                                                     softcap_in2)
             row0 = start_m + WG * WG_M
             offs_m = row0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
             mbarrier.wait(q_bar, done & 1)
             acc, m_i, l_i, it, turns = _attend(
-                q_tile, k_smem, v_smem, k_ready, v_ready, kv_empty, turn, it, turns, offs_m, n_rows, n_keys, n_lo,
-                n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2, softcap_out,
-                alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG)
+                q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it, turns, offs_m, n_rows, n_keys,
+                n_lo, n_full_lo, n_full_hi, n_hi, tile_scale, window_left, window_right, tile_softcap_in2, softcap_out,
+                alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG,
+                IS_FP8, P_SHIFT)
 
-            out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o))
+            out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), P_SHIFT)
+            if IS_FP8:
+                out = out * v_descale
             rows = row0 + gl.arange(0, WG_M, layout=row_o)
             lse_base = Lse + off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_start
             gl.store(lse_base + rows, lse, mask=rows < n_rows)
-            if IS_VARLEN:
+            if IS_VARLEN or IS_FP8:
+                # packed rows end at each sequence; FP8's bf16 O does not fit its e4m3 Q stage
                 cols = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, o_layout))
-                o_ptrs = (Out + off_h.to(gl.int64) * stride_oh + (q_start + rows).to(gl.int64)[:, None] * stride_om
-                          + cols[None, :])
+                if IS_VARLEN:
+                    o_rows = (q_start + rows).to(gl.int64)
+                else:
+                    o_rows = off_b.to(gl.int64) * seqlen_q + rows  # dense: O is this plan's contiguous output
+                o_ptrs = Out + off_h.to(gl.int64) * stride_oh + o_rows[:, None] * stride_om + cols[None, :]
                 gl.store(o_ptrs, out.to(dtype), mask=(rows[:, None] < n_rows) & (cols[None, :] < BLOCK_D))
             else:
                 # this half's Q stage is free now that its last S retired: stage O there for one TMA store
@@ -320,13 +413,13 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready,
 
 @gluon.jit(do_not_specialize=ROW_COUNTS)
 def attention_fwd_sm90_kernel(
-    q_desc, k_desc, v_desc, o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
+    q_desc, k_desc, v_desc, o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale,
     stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b,
     batch, nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
     softcap_out,
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
-    PINGPONG: gl.constexpr,
+    PINGPONG: gl.constexpr, IS_FP8: gl.constexpr,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -342,7 +435,15 @@ def attention_fwd_sm90_kernel(
 
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
+    if IS_FP8:
+        # V^T tiles: v_desc is over (batch, heads, head_dim, keys); P: two buffers per consumer
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_D, BLOCK_N], v_desc.layout)
+        p_smem0 = gl.allocate_shared_memory(dtype, [2, WG_M, BLOCK_N], _p_smem_layout(BLOCK_N))
+        p_smem1 = gl.allocate_shared_memory(dtype, [2, WG_M, BLOCK_N], _p_smem_layout(BLOCK_N))
+    else:
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
+        p_smem0 = q_smem  # unused
+        p_smem1 = q_smem
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -361,17 +462,19 @@ def attention_fwd_sm90_kernel(
     gl.warp_specialize([
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
                      CuSeqlensQ, CuSeqlensK, num_m, num_tiles, nheads, group, seqlen_q, seqlen_k, total_q, total_k,
-                     window_left, window_right, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)),
-        (_consumer, (0, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn, o_desc, Out, Lse,
-                     CuSeqlensQ, CuSeqlensK, AlibiSlopes, stride_om, stride_oh, stride_lse_b, stride_lse_h,
-                     stride_alibi_b, num_m, num_tiles, nheads, seqlen_q, seqlen_k, total_q, total_k, qk_scale,
-                     window_left, window_right, softcap_in2, softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
-                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG)),
-        (_consumer, (1, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn, o_desc, Out, Lse,
-                     CuSeqlensQ, CuSeqlensK, AlibiSlopes, stride_om, stride_oh, stride_lse_b, stride_lse_h,
-                     stride_alibi_b, num_m, num_tiles, nheads, seqlen_q, seqlen_k, total_q, total_k, qk_scale,
-                     window_left, window_right, softcap_in2, softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
-                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG)),
+                     window_left, window_right, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M, IS_FP8)),
+        (_consumer, (0, q_smem, k_smem, v_smem, p_smem0, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
+                     o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, nheads, group, seqlen_q,
+                     seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_N,
+                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG,
+                     IS_FP8)),
+        (_consumer, (1, q_smem, k_smem, v_smem, p_smem1, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
+                     o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, nheads, group, seqlen_q,
+                     seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_N,
+                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG,
+                     IS_FP8)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(q_bar)
@@ -384,13 +487,14 @@ def attention_fwd_sm90_kernel(
         mbarrier.invalidate(kv_empty.index(i))
 
 
-def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tensors: torch.Tensor) -> str | None:
+def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tensors: torch.Tensor,
+                  dtypes=(torch.float16, torch.bfloat16)) -> str | None:
     """What keeps a call off a Gluon kernel (this one or bwd_sm90's) for reasons both share, or None."""
     if common.INTERPRET:
         return "the Triton interpreter cannot run Gluon"
     if not q.is_cuda or capability(q.get_device()) != (9, 0):
         return "not an sm_90 (Hopper) GPU"
-    if q.dtype not in (torch.float16, torch.bfloat16):
+    if q.dtype not in dtypes:
         return f"dtype {q.dtype}"
     if q.shape[-1] not in head_dims:
         return f"head dim {q.shape[-1]} (the Gluon {kernel} has {sorted(head_dims)})"
@@ -408,7 +512,21 @@ def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnO
     """None when this kernel runs the call, else what keeps it on the portable kernels."""
     if k.numel() == 0:
         return "no keys (a descriptor needs a non-empty tensor)"
-    return sm90_declines(q, CONFIGS, "kernel", opts.dropout_p > 0.0 or return_probs, k, v)
+    dropout = opts.dropout_p > 0.0 or return_probs
+    if q.dtype == torch.float8_e4m3fn:
+        if opts.varlen:
+            # a sequence's keys start anywhere in the packed V^T rows: on the H100 the TMA loads from such
+            # offsets stopped the kernel with an illegal instruction (NOTES.md); pointer loads take them
+            return "packed (varlen) FP8 batches: the Triton FP8 kernel runs them"
+        # V reaches the kernel sequence-contiguous: as given, or in fp8.rows_contiguous's aligned copy
+        vt = [v_transposed(v, opts.varlen)] if v.stride(-3) == 1 else []
+        return sm90_declines(q, CONFIGS_FP8, "kernel", dropout, k, *vt, dtypes=(torch.float8_e4m3fn,))
+    return sm90_declines(q, CONFIGS, "kernel", dropout, k, v)
+
+
+def v_transposed(v: torch.Tensor, varlen: bool) -> torch.Tensor:
+    """FP8's sequence-contiguous V as the (batch, heads, head_dim, keys) view its descriptor reads."""
+    return v.permute(1, 2, 0).unsqueeze(0) if varlen else v.permute(0, 2, 3, 1)
 
 
 def descriptor(x: torch.Tensor, block: list[int], layout, varlen: bool) -> TensorDescriptor:
@@ -428,20 +546,26 @@ class Sm90ForwardPlan:
                  tuning: dict | None = None) -> None:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
         varlen = opts.varlen
-        tuning = {**CONFIGS[head_dim], **(tuning or {})}
+        self.fp8 = fp8 = q.dtype == torch.float8_e4m3fn
+        tuning = {**(CONFIGS_FP8 if fp8 else CONFIGS)[head_dim], **(tuning or {})}
         block_n = tuning["BLOCK_N"]
         num_tiles = cdiv(seqlen_q, BLOCK_M) * batch * nheads
         if tuning.pop("PERSISTENT") and opts.window_right < 0:
             # one program per SM (the shared memory allows no second), each looping over work items
             num_tiles = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
         self.backward_plans: dict = {}
-        self.dtype, self.device, self.out_shape = q.dtype, q.device, q.shape
+        # FP8 attention writes bf16, as FlashAttention-3's does
+        self.dtype, self.device, self.out_shape = torch.bfloat16 if fp8 else q.dtype, q.device, q.shape
         self.lse_shape = (nheads, q.shape[0]) if varlen else (batch, nheads, seqlen_q)
         self.empty = q.numel() == 0 or batch * seqlen_q == 0
         self.varlen = varlen
         self.q_block, self.kv_block = [1, 64, 1, head_dim], [1, block_n, 1, head_dim]
         self.q_layout = shared_layout(self.q_block, q.dtype)
         self.kv_layout = shared_layout(self.kv_block, q.dtype)
+        self.v_block, self.v_layout = self.kv_block, self.kv_layout
+        if fp8:
+            self.v_block = [1, 1, head_dim, block_n]
+            self.v_layout = shared_layout(self.v_block, q.dtype)
         lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"), varlen)
         _, stride_om, stride_oh = row_strides(torch.empty(self.out_shape, device="meta"), varlen)
         named = dict(batch=batch, nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
@@ -450,35 +574,44 @@ class Sm90ForwardPlan:
         self.attend = Launch(
             attention_fwd_sm90_kernel, (max(num_tiles, 1), 1, 1),
             (stride_om, stride_oh, lse_sb, lse_sh),
-            dict(named, REVERSE_M=named["HAS_RIGHT"], **tuning),
+            dict(named, REVERSE_M=named["HAS_RIGHT"], IS_FP8=fp8, **tuning),
             num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG))
 
-    def __call__(self, q, k, v, opts):
+    def __call__(self, q, k, v, opts, descales=(None, None, None)):
+        """descales: FP8's (q, k, v) factors, contiguous (batch, nheads_k) fp32."""
         out = common.empty(self.out_shape, self.dtype, self.device)
         lse = common.empty(self.lse_shape, torch.float32, self.device)
         if self.empty:
             return out, lse, None
         cu_q, cu_k, alibi, _ = opts.tensors()
         varlen = self.varlen
+        if self.fp8:
+            vt = v_transposed(v, varlen)
+            v_desc = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), self.v_block, self.v_layout)
+            o_desc = None  # bf16 O leaves through pointer stores
+        else:
+            v_desc = descriptor(v, self.v_block, self.v_layout, varlen)
+            o_desc = descriptor(out, self.q_block, self.q_layout, varlen)
         self.attend(descriptor(q, self.q_block, self.q_layout, varlen),
-                    descriptor(k, self.kv_block, self.kv_layout, varlen),
-                    descriptor(v, self.kv_block, self.kv_layout, varlen),
-                    descriptor(out, self.q_block, self.q_layout, varlen), out, lse, cu_q, cu_k, alibi)
+                    descriptor(k, self.kv_block, self.kv_layout, varlen), v_desc, o_desc, out, lse, cu_q, cu_k,
+                    alibi, *descales)
         return out, lse, None
 
 
 def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[str, int], types: dict[str, str],
                   constants: dict, maxnreg: int = MAXNREG):
     """Compile a Gluon kernel of these modules for sm_90 without a GPU (`triton.compile` with a CUDA target).
-    descriptors: descriptor argument -> tile rows; types: the other non-int32 arguments' types."""
+    descriptors: descriptor argument -> tile rows (or the whole block); types: the other non-int32 arguments'
+    types (DTYPE: the inputs' type)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    type_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+    type_name = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float8_e4m3fn: "fp8e4nv"}[dtype]
     for name, rows in descriptors.items():
-        layout = shared_layout([1, rows, 1, head_dim], dtype)
-        types[name] = f"tensordesc<{type_name}[1,{rows},1,{head_dim}],{layout!r}>"
+        block = rows if isinstance(rows, list) else [1, rows, 1, head_dim]
+        layout = shared_layout(block, dtype)
+        types[name] = f"tensordesc<{type_name}[{','.join(map(str, block))}],{layout!r}>"
     types = {name: t.replace("DTYPE", type_name) for name, t in types.items()}
     names = kernel.arg_names
     signature = {n: "constexpr" if n in constants else types.get(n, "i32") for n in names}
@@ -489,13 +622,21 @@ def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[s
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
     """Compile one variant of the kernel for sm_90 without a GPU: CI catches a Gluon API change of a new
     Triton release this way. flags: the kernel's constexpr flags (HAS_LEFT, HAS_RIGHT, IS_VARLEN,
-    HAS_SOFTCAP, HAS_ALIBI, REVERSE_M; False when left out) and CONFIGS' tuning keys."""
-    block_n = CONFIGS[head_dim]["BLOCK_N"]
-    constants = dict(CONFIGS[head_dim], HAS_LEFT=False, HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False,
-                     HAS_ALIBI=False, REVERSE_M=False)
+    HAS_SOFTCAP, HAS_ALIBI, REVERSE_M; False when left out) and CONFIGS' tuning keys. dtype
+    torch.float8_e4m3fn compiles the FP8 variant."""
+    fp8 = dtype == torch.float8_e4m3fn
+    constants = dict((CONFIGS_FP8 if fp8 else CONFIGS)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
+                     IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8)
     constants.update(flags)
+    block_n = constants["BLOCK_N"]
     del constants["PERSISTENT"]  # a launch-grid choice, not a kernel flag
-    types = dict(Out="*DTYPE", Lse="*fp32", CuSeqlensQ="*i32", CuSeqlensK="*i32", AlibiSlopes="*fp32",
-                 qk_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
-    return compile_gluon(attention_fwd_sm90_kernel, dtype, head_dim,
-                         dict(q_desc=64, k_desc=block_n, v_desc=block_n, o_desc=64), types, constants)
+    types = dict(Out="*bf16" if fp8 else "*DTYPE", Lse="*fp32", CuSeqlensQ="*i32", CuSeqlensK="*i32",
+                 AlibiSlopes="*fp32", qk_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
+    descriptors = dict(q_desc=64, k_desc=block_n, v_desc=[1, 1, head_dim, block_n] if fp8 else block_n)
+    if fp8:
+        types.update(QDescale="*fp32", KDescale="*fp32", VDescale="*fp32")
+        constants["o_desc"] = None
+    else:
+        descriptors["o_desc"] = 64
+        constants.update(QDescale=None, KDescale=None, VDescale=None)
+    return compile_gluon(attention_fwd_sm90_kernel, dtype, head_dim, descriptors, types, constants)

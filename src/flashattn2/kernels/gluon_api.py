@@ -38,5 +38,5 @@ def shared_layout(block_shape: list[int], torch_dtype):
     """The swizzled shared-memory layout TMA and wgmma both read, for a tile of that shape and dtype."""
     import torch
 
-    dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[torch_dtype]
+    dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}[torch_dtype]
     return NVMMASharedLayout.get_default_for(block_shape, dtype)
