@@ -3,12 +3,13 @@ kernels (FlashAttention-4's `can_implement` pattern).
 
 - "triton": the portable kernels (forward.py, backward.py), every GPU and every option.
 - "gluon-sm90": fwd_sm90.py on sm_90 GPUs, for fp16/bf16, head dims 64/128/256, without dropout;
-  causal, windows, GQA/MQA, softcap, ALiBi and packed variable-length batches included. For the
-  backward, bwd_sm90.py computes dK and dV (head dim 128, the same options) and the Triton dQ kernel dQ.
+  causal, windows, GQA/MQA, softcap, ALiBi and packed variable-length batches included; and for e4m3
+  (FP8) dense batches. For the backward, bwd_sm90.py computes dK and dV (head dim 128, the same
+  options) and the Triton dQ kernel dQ.
 
 FLASHATTN2_BACKEND (read at import; set_backend() changes it) picks: "auto" (the default: Gluon
-where it can run the call and was measured faster: the forward at head dim 128 without softcap; no
-backward yet), "gluon" (Gluon
+where it can run the call and was measured faster: the forward at head dim 128 without softcap, FP8
+at head dims 64/128/256 without softcap; no backward yet), "gluon" (Gluon
 wherever it can run the call) or "triton" (never Gluon: the way out for a user who hits a problem
 in the Gluon kernels). Calls that Gluon cannot run always take
 the Triton kernels; forward_backend() says which a call takes and why. Both forwards write the same
