@@ -4,8 +4,7 @@ head) descale factors, the true value being the fp8 value times its descale; the
 The kernels are the forwards' IS_FP8 variants (on Hopper the Gluon one, kernels/fwd_sm90.py, elsewhere and for what
 it declines the Triton one): both matmuls take e4m3 operands (P too, scaled by 2**8 so that small probabilities keep
 their precision) and accumulate in fp32; the descales fold into the score scale and the output. FP8 tensor cores read
-V along the keys: a V not stored sequence-contiguous is copied so once per call (pass rows_contiguous(v) to keep
-the copy out of repeated calls). Forward only.
+V along the keys: a V not stored sequence-contiguous is copied so once per call (rows_contiguous). Forward only.
 """
 
 from typing import Optional
