@@ -169,6 +169,19 @@ def _stress_case(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, options,
     return q, k, v, options
 
 
+def _varlen_case(seed, requires_grad=False):
+    """A packed bf16 batch with empty, one-row and unequal sequences (4 query heads on 2 kv heads of 128):
+    (lens_q, lens_k, cu_seqlens_q, cu_seqlens_k, q, k, v)."""
+    torch.manual_seed(seed)
+    lens_q, lens_k = [1, 300, 129, 64, 0, 517], [5, 250, 129, 700, 3, 517]
+    cu_q, cu_k = (torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+                  for lens in (lens_q, lens_k))
+    q = randn(sum(lens_q), 4, 128, dtype=torch.bfloat16, requires_grad=requires_grad)
+    k = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16, requires_grad=requires_grad)
+    v = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16, requires_grad=requires_grad)
+    return lens_q, lens_k, cu_q, cu_k, q, k, v
+
+
 STRESS = [
     # batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, options
     (2, 128, 128, 2, 2, 128, {}),
@@ -200,13 +213,7 @@ def test_gluon_forward_stress(dtype, shape, gluon_backend):
 @hopper
 @pytest.mark.parametrize("causal", [False, True])
 def test_gluon_varlen_forward(causal, gluon_backend):
-    torch.manual_seed(5)
-    lens_q, lens_k = [1, 300, 129, 64, 0, 517], [5, 250, 129, 700, 3, 517]
-    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    q = randn(sum(lens_q), 4, 128, dtype=torch.bfloat16)
-    k = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16)
-    v = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16)
+    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(5)
     out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
                                          return_attn_probs=True)
     check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=causal)
@@ -247,13 +254,7 @@ def test_fp8_varlen_takes_the_triton_kernel(causal, gluon_backend):
     from flashattn2.reference import attention_fp8_ref
     from helpers import FWD_FACTOR, assert_close_to_ref
 
-    torch.manual_seed(6)
-    lens_q, lens_k = [1, 300, 129, 64, 0, 517], [5, 250, 129, 700, 3, 517]
-    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    q = randn(sum(lens_q), 4, 128, dtype=torch.bfloat16)
-    k = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16)
-    v = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16)
+    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(6)
     q8, k8, v8, *descales = quantize_fp8(q, k, v, cu_q, cu_k)
     opts = AttnOptions(softmax_scale=128**-0.5, window_right=0 if causal else -1, cu_seqlens_q=cu_q,
                        cu_seqlens_k=cu_k, max_seqlen_q=max(lens_q), max_seqlen_k=max(lens_k))
@@ -341,13 +342,7 @@ def test_gluon_backward_stress(dtype, shape, gluon_backend):
 @hopper
 @pytest.mark.parametrize("causal", [False, True])
 def test_gluon_varlen_backward(causal, gluon_backend):
-    torch.manual_seed(7)
-    lens_q, lens_k = [1, 300, 129, 64, 0, 517], [5, 250, 129, 700, 3, 517]
-    cu_q = torch.tensor([0, *torch.tensor(lens_q).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    cu_k = torch.tensor([0, *torch.tensor(lens_k).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
-    q = randn(sum(lens_q), 4, 128, dtype=torch.bfloat16, requires_grad=True)
-    k = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16, requires_grad=True)
-    v = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16, requires_grad=True)
+    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(7, requires_grad=True)
     out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
                                          return_attn_probs=True)
     dout = randn(*out.shape, dtype=torch.bfloat16)
