@@ -43,7 +43,7 @@ VARIANTS = [
     # the FP8 forward (IS_FP8: e4m3 inputs, P through shared memory)
     (128, torch.float8_e4m3fn, {}),
     (64, torch.float8_e4m3fn, {"HAS_RIGHT": True, "REVERSE_M": True}),
-    (256, torch.float8_e4m3fn, {"IS_VARLEN": True, "HAS_LEFT": True, "HAS_RIGHT": True}),
+    (256, torch.float8_e4m3fn, {"HAS_LEFT": True, "HAS_RIGHT": True}),  # packed FP8 batches take Triton
     (128, torch.float8_e4m3fn, {"HAS_SOFTCAP": True, "HAS_ALIBI": True, "MAY_SPILL": True}),
 ]
 

@@ -519,14 +519,14 @@ def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnO
             # offsets stopped the kernel with an illegal instruction (NOTES.md); pointer loads take them
             return "packed (varlen) FP8 batches: the Triton FP8 kernel runs them"
         # V reaches the kernel sequence-contiguous: as given, or in fp8.rows_contiguous's aligned copy
-        vt = [v_transposed(v, opts.varlen)] if v.stride(-3) == 1 else []
+        vt = [v_transposed(v)] if v.stride(-3) == 1 else []
         return sm90_declines(q, CONFIGS_FP8, "kernel", dropout, k, *vt, dtypes=(torch.float8_e4m3fn,))
     return sm90_declines(q, CONFIGS, "kernel", dropout, k, v)
 
 
-def v_transposed(v: torch.Tensor, varlen: bool) -> torch.Tensor:
-    """FP8's sequence-contiguous V as the (batch, heads, head_dim, keys) view its descriptor reads."""
-    return v.permute(1, 2, 0).unsqueeze(0) if varlen else v.permute(0, 2, 3, 1)
+def v_transposed(v: torch.Tensor) -> torch.Tensor:
+    """FP8's sequence-contiguous dense V as the (batch, heads, head_dim, keys) view its descriptor reads."""
+    return v.permute(0, 2, 3, 1)
 
 
 def descriptor(x: torch.Tensor, block: list[int], layout, varlen: bool) -> TensorDescriptor:
@@ -586,7 +586,7 @@ class Sm90ForwardPlan:
         cu_q, cu_k, alibi, _ = opts.tensors()
         varlen = self.varlen
         if self.fp8:
-            vt = v_transposed(v, varlen)
+            vt = v_transposed(v)
             v_desc = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), self.v_block, self.v_layout)
             o_desc = None  # bf16 O leaves through pointer stores
         else:
