@@ -15,6 +15,7 @@ python3 -m pytest -q -n 8 -p no:cacheprovider tests 2>&1 | tee -a "$OUT/tests.lo
 status=${PIPESTATUS[0]}
 if [ "${1:-}" != "--no-bench" ]; then
   python3 -m flashattn2.bench --out-dir "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -n 60
+  ls "$OUT"/*.json | grep -v _features | xargs python3 benchmarks/report_bench.py 2>&1 | tee -a "$OUT/bench.log"
   python3 -m flashattn2.bench.features --out-dir "$OUT" 2>&1 | tee -a "$OUT/bench.log" | tail -n 20
   python3 benchmarks/plot_bench.py "$OUT"/*.json 2>&1 | tee -a "$OUT/bench.log"
 fi

@@ -16,20 +16,33 @@ from flashattn2.bench import (
     attention_flops,
     make_row,
     make_shapes,
-    markdown_report,
     markdown_table,
     measure_first_calls,
     naive_attention,
     paper_batch_nheads,
-    ratio_table,
     run_suite,
     tflops_per_s,
-    tflops_table,
     write_json,
-    write_results,
 )
 from flashattn2.bench.core import fresh_triton_cache
-from flashattn2.bench.report import default_stem, device_slug, fmt_ratio_range, stdout_line
+from flashattn2.bench.report import default_stem, device_slug, stdout_line
+
+
+def _script(name: str):
+    """A script of benchmarks/ (report and plot formatting, kept outside the package) as a module."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+report_bench = _script("report_bench")
+markdown_report, write_markdown = report_bench.markdown_report, report_bench.write_markdown
+ratio_table, tflops_table = report_bench.ratio_table, report_bench.tflops_table
+fmt_ratio_range = report_bench.fmt_ratio_range
 
 
 def test_flops_forward_formula_and_causal_halving() -> None:
@@ -204,9 +217,7 @@ def test_write_json_and_markdown(tmp_path) -> None:
     assert doc["rows"][0]["ratios"]["sdpa-flash"] == pytest.approx(1.5)
     assert doc["memory"]["rows"][2]["mib"]["naive"] is None
 
-    files = write_results(tmp_path / "out", "tagged", meta, rows, memory)
-    assert set(files) == {"json", "md"}
-    md = files["md"].read_text()
+    md = write_markdown(tmp_path / "out" / "tagged.md", meta, rows, memory).read_text()
     assert md.startswith("# flashattn2 benchmark")
     assert "- device: NVIDIA H100 80GB HBM3" in md
     assert "Peak extra memory" in md
@@ -247,14 +258,8 @@ def test_run_suite_cpu_with_stand_in() -> None:
 
 def _plot_script():
     """benchmarks/plot_bench.py, the plots kept outside the package."""
-    import importlib.util
-
     pytest.importorskip("matplotlib")
-    spec = importlib.util.spec_from_file_location(
-        "plot_bench", Path(__file__).resolve().parents[1] / "benchmarks" / "plot_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _script("plot_bench")
 
 
 def test_plot(tmp_path) -> None:
@@ -357,6 +362,8 @@ def test_cli_glue_on_cpu(monkeypatch, tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "### fp32 fwd_bwd (TFLOP/s)" in out and "elapsed" in out
     assert "first call fp32 hdim 16 causal 1 seqlen 32: fwd " in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.json"]
+    assert report_bench.main([str(tmp_path / "smoke.json")]) == 0  # the markdown report, from the JSON
     assert sorted(p.name for p in tmp_path.iterdir()) == ["smoke.json", "smoke.md"]
     doc = json.loads((tmp_path / "smoke.json").read_text())
     assert doc["meta"]["device"] == "Fake GPU 9000"
@@ -484,7 +491,8 @@ def test_tflops_table_exact() -> None:
 
 
 def test_report_cli_prints_summary(tmp_path, capsys) -> None:
-    from flashattn2.bench.report import main
+    def main(files):
+        return report_bench.main(["--summary", *files])
 
     meta = {"device": "Fake GPU", "torch": "2.x", "triton": "3.y", "date_utc": "2026-01-02 03:04:05 UTC"}
     write_json(tmp_path / "a.json", dict(meta, git_commit="0123456789" * 4), _summary_rows("bf16"))
@@ -514,8 +522,9 @@ def test_markdown_report_summary_on_top_and_first_call(tmp_path) -> None:
         {"dtype": "bf16", "hdim": 128, "causal": True, "seqlen": 512, "batch": 32, "nheads": 16,
          "fwd_s": None, "bwd_s": None, "note": "RuntimeError: boom"},
     ]
-    files = write_results(tmp_path, "r", meta, rows, None, first_call=first)
-    md = files["md"].read_text()
+    json_path = write_json(tmp_path / "r.json", meta, rows, None, first)
+    assert report_bench.main([str(json_path)]) == 0
+    md = (tmp_path / "r.md").read_text()
     # The summary tables come first, the full per-row tables after them.
     assert md.index("## Summary") < md.index(RATIO_HEADER) < md.index("| dtype | mode | causal | seqlen | ours |")
     assert md.index("| bf16 | bwd | yes | 16384 | 100.0 | 133.3 | n/a |") < md.index("## bf16 fwd (TFLOP/s)")
@@ -524,7 +533,8 @@ def test_markdown_report_summary_on_top_and_first_call(tmp_path) -> None:
     assert "| bf16 | 128 | yes | 512 | n/a | n/a |" in md
     assert "- bf16 d128 causal: RuntimeError: boom" in md
     assert "Triton's disk cache as found" in md
-    assert json.loads(files["json"].read_text())["first_call"] == first
+    assert json.loads(json_path.read_text())["first_call"] == first
+    assert md == markdown_report(meta, rows, None, first)
 
 
 # -------------------------------------------------------------------------------------------- first call

@@ -1,6 +1,7 @@
 """python -m flashattn2.bench: FlashAttention-2 paper benchmark of flashattn2 against its peers.
 
-Writes <out-dir>/<tag or YYYY-MM-DD_device>.json, .md and .png, and prints a line per measurement.
+Writes <out-dir>/<tag or YYYY-MM-DD_device>.json and prints a line per measurement (its markdown report:
+python benchmarks/report_bench.py FILE.json; its PNG: python benchmarks/plot_bench.py FILE.json).
 """
 
 import argparse
@@ -8,6 +9,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -37,13 +39,11 @@ from .report import (
     collect_meta,
     default_stem,
     first_call_line,
-    first_call_table,
     markdown_table,
     memory_line,
-    memory_table,
     stdout_header,
     stdout_line,
-    write_results,
+    write_json,
 )
 
 NO_CUDA_MESSAGE = (
@@ -189,15 +189,12 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         },
     )
     stem = args.tag or default_stem(device_name)
-    files = write_results(args.out_dir, stem, meta, rows, memory, first_call=first_call)
+    path = write_json(Path(args.out_dir) / f"{stem}.json", meta, rows, memory, first_call)
 
     print()
     print(markdown_table(rows))
-    mem = memory_table(memory)
-    if mem:
-        print(mem)
-    print(first_call_table(first_call, args.cold_cache))
-    print("wrote " + ", ".join(str(p) for p in files.values()))
+    print(f"wrote {path} (markdown: python benchmarks/report_bench.py {path}; PNG: python benchmarks/plot_bench.py "
+          f"{path})")
     print(f"elapsed {elapsed:.0f} s")
     return 0
 
