@@ -578,3 +578,18 @@ def test_fresh_triton_cache_restores_the_variable(monkeypatch) -> None:
     with fresh_triton_cache() as path:
         assert os.environ["TRITON_CACHE_DIR"] == path and os.path.isdir(path)
     assert "TRITON_CACHE_DIR" not in os.environ and not os.path.exists(path)
+
+
+@pytest.mark.parametrize("script,stem", [
+    ("report_bench", "2026-11-22_h200_bf16_back-to-back"),
+    ("report_decode", "2026-11-22_h100_decode"),
+    ("report_overhead", "2026-11-22_h200_overhead"),
+])
+def test_report_scripts_rewrite_the_committed_markdown(script, stem, tmp_path):
+    """The report scripts of benchmarks/ turn a committed result JSON back into its committed markdown."""
+    if script != "report_bench":
+        pytest.importorskip("matplotlib")  # these scripts also draw the PNG
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    (tmp_path / f"{stem}.json").write_text((results / f"{stem}.json").read_text())
+    assert _script(script).main([str(tmp_path / f"{stem}.json")]) == 0
+    assert (tmp_path / f"{stem}.md").read_text() == (results / f"{stem}.md").read_text()

@@ -6,7 +6,7 @@ bytes read + written / time). Peers on the same keys: SDPA (each backend that ta
 cache, FlexAttention if it compiles, and our flash_attn_func. Also: split-KV on and off at batch 1, page
 size 16, a CUDA-graph-captured decode loop, and the host time of one decode step. "ours-graph" is our call
 replayed from a CUDA graph: its kernels' time without the host's (every other column is an eager call).
-Writes <out-dir>/<stem>_decode.json and .md (the PNG: python benchmarks/plot_decode.py <json>).
+Writes <out-dir>/<stem>_decode.json (its markdown and PNG: python benchmarks/report_decode.py <json>).
 """
 
 import argparse
@@ -166,40 +166,6 @@ def host_time() -> dict:
     return result
 
 
-def markdown(result: dict) -> str:
-    meta, rows = result["meta"], result["rows"]
-    copy = result["copy_gbps"]
-    lines = ["# flashattn2 decoding (seqlen_q = 1)", ""] + [f"- {k}: {v}" for k, v in meta.items()] + [
-        f"- copy bandwidth (device-to-device, read + write): {copy:.0f} GB/s", "",
-        f"bf16, head dim {HDIM}, {NHEADS} query heads; cache full to seqlen. GB/s = bytes of K and V / time; "
-        "% = of the copy bandwidth.", ""]
-    names = []
-    for r in rows:
-        names += [k[:-5] for k in r if k.endswith("_gbps") and k[:-5] not in names]
-    lines += ["| kv heads | batch | cache | KV GB | " + " | ".join(f"{n} GB/s (%)" for n in names) + " |",
-              "|---:|---:|---:|---:|" + "---:|" * len(names)]
-    for r in rows:
-        cells = []
-        for n in names:
-            g = r.get(f"{n}_gbps")
-            cells.append("n/a" if g is None else f"{g:.0f} ({100 * g / copy:.0f}%)")
-        head = f"| {r['nheads_k']} | {r['batch']} | {r['seqlen']} | {r['kv_gb']:.3f} | "
-        lines.append(head + " | ".join(cells) + " |")
-    errors = {(n, e) for r in rows for n, e in r.items() if n.endswith("_error")}
-    if errors:
-        lines += ["", "Peers that refused a shape:"] + sorted({f"- {n[:-6]}: {e}" for n, e in errors})
-    g = result.get("graph")
-    if g:
-        lines += ["", f"Decode loop (append + attend, batch {g['batch']}, cache {g['seqlen']}, "
-                  f"{g['nheads_k']} kv heads): eager {g['eager_us_per_step']:.1f} us/step, "
-                  f"CUDA graph {g['graph_us_per_step']:.1f} us/step."]
-    h = result.get("host")
-    if h:
-        lines += ["", "Host-bound wall time per call (batch 1, cache 1k, back to back):", ""]
-        lines += [f"- {k}: {v:.1f} us" for k, v in h.items()]
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flashattn2.bench.decode", description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", default="benchmarks/results")
@@ -234,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = (args.tag or default_stem(torch.cuda.get_device_name())) + "_decode"
     (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (out_dir / f"{stem}.md").write_text(markdown(result))
-    print(f"wrote {out_dir / stem}.json and .md", flush=True)
+    print(f"wrote {out_dir / stem}.json (markdown and PNG: python benchmarks/report_decode.py {out_dir / stem}.json)",
+          flush=True)
     return 0
 
 

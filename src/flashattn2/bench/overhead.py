@@ -164,37 +164,6 @@ def startup(hdim: int = 128, runs: int = 3) -> dict:
     return result
 
 
-def markdown(rows: list[dict], start: dict | None, meta: dict) -> str:
-    lines = [f"# Host time per call ({meta.get('device')}, torch {meta.get('torch')}, triton {meta.get('triton')}, "
-             f"{meta.get('date_utc')}, commit {(meta.get('git_commit') or '?')[:7]})", "",
-             "b=1, seqlen 128, 1 head (GQA: 4 query heads, 1 kv head), head dim 64, bf16; inputs with requires_grad; "
-             "back-to-back calls, no cache flush; microseconds per call (median of repeats). The window and packed "
-             "rows compare with SDPA's causal call of the same size.", "",
-             "| case | ours fwd | SDPA-flash fwd | cuDNN fwd | ours / flash fwd | ours fwd+bwd | SDPA-flash fwd+bwd "
-             "| cuDNN fwd+bwd | ours / flash fwd+bwd |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-
-    def f(x):
-        return "-" if x is None else f"{x:.0f}"
-
-    for r in rows:
-        cells = []
-        for mode in ("fwd", "fwd_bwd"):
-            ours, flash, cudnn = (r.get(f"{impl}_{mode}") for impl in ("flashattn2", *SDPA_PEERS))
-            cells += [f(ours), f(flash), f(cudnn), "-" if not (ours and flash) else f"{ours / flash:.2f}"]
-        lines.append(f"| {r['case']} | " + " | ".join(cells) + " |")
-    if start:
-        lines += ["", "Start-up (seconds; fresh interpreters; first call = forward, then backward, bf16, "
-                  "b=2, seqlen 1024, 8 heads, head dim 128, causal, then a second option set: not causal):", "",
-                  f"- `import torch`: {start['import_torch_s']:.2f} s; `import flashattn2` on top: "
-                  f"{start['import_flashattn2_s']:.2f} s"]
-        for which in ("cold_cache", "warm_cache"):
-            c = start[which]
-            lines.append(f"- {which.replace('_', ' ')}: first forward {c['first_fwd_s']:.2f}, first backward "
-                         f"{c['first_bwd_s']:.2f}; next option set forward {c['next_option_set_fwd_s']:.2f}, "
-                         f"backward {c['next_option_set_bwd_s']:.2f}")
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m flashattn2.bench.overhead", description=__doc__.splitlines()[0])
     p.add_argument("--out-dir", default="benchmarks/results")
@@ -215,9 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows, "startup": start}, indent=1))
-    text = markdown(rows, start, meta)
-    (out / f"{stem}.md").write_text(text)
-    print(text)
+    print(f"wrote {out / stem}.json (markdown and PNG: python benchmarks/report_overhead.py {out / stem}.json)")
     return 0
 
 
