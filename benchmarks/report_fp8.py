@@ -23,7 +23,9 @@ def markdown(result: dict) -> str:
         f"{mm['bf16_tflops']:.0f} TFLOP/s. Forward TFLOP/s, {tokens} tokens per batch, hidden {hidden}.", "",
         "| head dim | causal | seqlen | FP8 (ours) | bf16 (ours) | FP8 / bf16 | FP8 / FP8 matmul |",
         "|---:|:-:|---:|---:|---:|---:|---:|"]
-    laid = "fp8_v_laid_tflops" in result["speed"][0]  # the columns of bench.fp8 since its Gluon FP8 kernel
+    first = result["speed"][0]
+    laid = "fp8_v_laid_tflops" in first  # bench.fp8's columns on 2026-11-23 (d2911cb): V passed pre-laid
+    triton = "fp8_triton_tflops" in first
     if laid:
         lines[-2:] = [
             "FP8 (ours): flash_attn_func as called, V copied into the layout FP8 tensor cores read; V laid: V passed "
@@ -32,6 +34,13 @@ def markdown(result: dict) -> str:
             "| head dim | causal | seqlen | FP8 (ours) | FP8, V laid | FP8 Triton | bf16 (ours) | FP8 / bf16 | "
             "V laid / bf16 | V laid / FP8 matmul | backends |",
             "|---:|:-:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    elif triton:
+        lines[-2:] = [
+            "FP8 (ours): flash_attn_func as called, V copy included; FP8 Triton: the same call on the Triton FP8 "
+            "kernel; V copy: the call's copy of V alone (µs). Backends: the kernels \"auto\" took (FP8 / bf16).", "",
+            "| head dim | causal | seqlen | FP8 (ours) | FP8 Triton | bf16 (ours) | FP8 / bf16 | FP8 / FP8 matmul | "
+            "V copy (µs) | backends |",
+            "|---:|:-:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in result["speed"]:
         row = f"| {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['seqlen']} | {r['fp8_tflops']:.0f} | "
         if laid:
@@ -39,6 +48,10 @@ def markdown(result: dict) -> str:
                          f"{r['bf16_tflops']:.0f} | {r['fp8_over_bf16']:.2f} | "
                          f"{r['fp8_v_laid_tflops'] / r['bf16_tflops']:.2f} | "
                          f"{r['fp8_v_laid_tflops'] / mm['fp8_tflops']:.2f} | "
+                         f"{r['fp8_backend']} / {r['bf16_backend']} |")
+        elif triton:
+            lines.append(row + f"{r['fp8_triton_tflops']:.0f} | {r['bf16_tflops']:.0f} | {r['fp8_over_bf16']:.2f} | "
+                         f"{r['fp8_tflops'] / mm['fp8_tflops']:.2f} | {r['v_copy_us']:.0f} | "
                          f"{r['fp8_backend']} / {r['bf16_backend']} |")
         else:
             lines.append(row + f"{r['bf16_tflops']:.0f} | {r['fp8_over_bf16']:.2f} | "

@@ -13,6 +13,7 @@ import torch
 
 from .kernels.common import capability
 from .kernels.params import AttnOptions
+from .kernels.v_layout import v_keys_last
 from .ops import _fwd_op_call, _traced, forward
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -69,12 +70,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple
     if q.is_cuda and capability(q.get_device()) < (8, 9):
         raise NotImplementedError(f"FP8 attention needs FP8 tensor cores (sm_89 or newer); this GPU is "
                                   f"sm_{''.join(map(str, capability(q.get_device())))}")
-    v = rows_contiguous(v)
-    if _traced(q):
+    if _traced(q):  # the op lays V out itself (a kernel launch dynamo cannot trace)
         return torch.ops.flashattn2.fwd_fp8(q, k, v, *descales, opts.cu_seqlens_q, opts.cu_seqlens_k,
                                             opts.alibi_slopes, opts.max_seqlen_q, opts.max_seqlen_k,
                                             opts.softmax_scale, opts.window_left, opts.window_right, opts.softcap)
-    out, lse, _ = forward(q, k, v, opts, descales=descales)
+    out, lse, _ = forward(q, k, rows_contiguous(v), opts, descales=descales)
     return out, lse
 
 
@@ -99,17 +99,13 @@ def _fwd_fp8_fake(q, k, v, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seq
 
 def rows_contiguous(v: torch.Tensor) -> torch.Tensor:
     """v with the same shape, stored sequence-contiguous per (batch, head, channel): FP8 tensor cores read the
-    P V matmul's V along the keys, and the kernels then load it so without a transpose (one copy of V).
-    Each channel's row of keys starts 16-byte aligned, as TMA needs."""
+    P V matmul's V along the keys, and the kernels then load it so without a transpose (one copy of V, by
+    kernels/v_layout.py). Each channel's row of keys starts 16-byte aligned, as TMA needs."""
     if v.stride(-3) == 1:
         return v
-    # (batch, heads, head_dim, keys) or (heads, head_dim, total) storage
-    order, back = ((0, 2, 3, 1), (0, 3, 1, 2)) if v.dim() == 4 else ((1, 2, 0), (2, 0, 1))
-    vt = v.permute(order)
-    keys = vt.shape[-1]
-    buf = torch.empty((*vt.shape[:-1], -(-keys // 16) * 16), dtype=v.dtype, device=v.device)
-    buf[..., :keys] = vt
-    return buf[..., :keys].permute(back)
+    keys = v.shape[-3]
+    vt = v_keys_last(v, multiple=16)  # (batch, heads, head_dim, keys) or (heads, head_dim, total)
+    return vt[..., :keys].permute((0, 3, 1, 2) if v.dim() == 4 else (2, 0, 1))
 
 
 def quantize_fp8(
