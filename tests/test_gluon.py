@@ -116,6 +116,19 @@ def test_backend_choice_off_hopper_and_override():
     assert backends.get_backend() == os.environ.get("FLASHATTN2_BACKEND", "auto")
 
 
+def test_auto_keeps_short_fp8_causal_calls_on_triton():
+    # host-side rule, so it runs anywhere: Gluon for FP8 unless causal and shorter than the measured crossover
+    from flashattn2.kernels.fwd_sm90 import AUTO_FP8_CAUSAL_MIN_ROWS, auto_declines
+    from flashattn2.kernels.params import AttnOptions
+
+    causal, full = AttnOptions(softmax_scale=1.0, window_right=0), AttnOptions(softmax_scale=1.0)
+    for head_dim, rows in AUTO_FP8_CAUSAL_MIN_ROWS.items():
+        short = torch.empty(1, max(rows - 1, 1), 1, head_dim, dtype=torch.float8_e4m3fn)
+        long = torch.empty(1, max(rows, 1), 1, head_dim, dtype=torch.float8_e4m3fn)
+        assert auto_declines(long, causal) is None and auto_declines(short, full) is None
+        assert (auto_declines(short, causal) is None) == (rows <= 1)
+
+
 hopper = pytest.mark.skipif(not (ON_GPU and torch.cuda.get_device_capability() == (9, 0)),
                             reason="needs an sm_90 GPU")
 
@@ -148,8 +161,16 @@ def test_calls_gluon_cannot_run_fall_back_with_a_reason(gluon_backend):
     assert "TMA" in attention_backend(odd, odd, odd).reason
     q64 = randn(1, 64, 2, 64, dtype=torch.bfloat16)
     assert attention_backend(q64, q64, q64)[0] == "gluon-sm90"
+    q8 = q64.to(torch.float8_e4m3fn)
+    assert attention_backend(q8, q8, q8, causal=True)[0] == "gluon-sm90"
     flashattn2.set_backend("auto")
     assert attention_backend(q64, q64, q64)[0] == "triton"
+    # FP8: Gluon at head dim 64 except short causal calls (fwd_sm90.AUTO_FP8_CAUSAL_MIN_ROWS)
+    assert attention_backend(q8, q8, q8)[0] == "gluon-sm90"
+    short = attention_backend(q8, q8, q8, causal=True)
+    assert short[0] == "triton" and "FP8 causal with 64 query rows" in short.reason
+    long8 = randn(1, 8192, 1, 64, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+    assert attention_backend(long8, long8, long8, causal=True)[0] == "gluon-sm90"
     q256 = randn(1, 64, 2, 256, dtype=torch.bfloat16)
     assert attention_backend(q256, q256, q256)[0] == "triton"
     assert attention_backend(q, q, q)[:2] == ("gluon-sm90", "triton")

@@ -67,12 +67,18 @@ CONFIGS_FP8 = {
 # where "auto" takes this kernel: at head dims 64 and 256 the Triton forward is as fast (NOTES.md)
 AUTO_HEAD_DIMS = (128,)
 AUTO_HEAD_DIMS_FP8 = (64, 128, 256)
+# FP8 causal calls with fewer query rows than this (per head dim) ran faster on the Triton FP8 kernel: their
+# work items hold few key tiles, so this kernel's pipeline fill and drain show (H100, 2026-11-23, NOTES.md)
+AUTO_FP8_CAUSAL_MIN_ROWS = {64: 8192, 128: 2048, 256: 0}
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     """Why "auto" keeps a call this kernel can run on the Triton forward (measured as fast or faster)."""
-    if q.shape[-1] not in (AUTO_HEAD_DIMS_FP8 if q.dtype == torch.float8_e4m3fn else AUTO_HEAD_DIMS):
+    fp8 = q.dtype == torch.float8_e4m3fn
+    if q.shape[-1] not in (AUTO_HEAD_DIMS_FP8 if fp8 else AUTO_HEAD_DIMS):
         return f"head dim {q.shape[-1]}: the Triton forward is as fast"
+    if fp8 and opts.causal and q.dim() == 4 and q.shape[1] < AUTO_FP8_CAUSAL_MIN_ROWS[q.shape[-1]]:
+        return f"FP8 causal with {q.shape[1]} query rows: the Triton FP8 kernel is faster"
     if opts.softcap > 0.0:
         # its second exp2 and division per score cost this kernel more (0.82-0.87 -> 0.90 ms, NOTES.md)
         return "softcap: the Triton forward is faster"
