@@ -265,7 +265,7 @@ def test_fp8_kvcache_bad_input():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not ON_GPU, reason="sync debug mode needs a GPU")
-@pytest.mark.parametrize("backend", ["auto", "triton"])
+@pytest.mark.parametrize("backend", ["auto", "gluon", "triton"])  # auto sends short causal FP8 calls to Triton
 def test_fp8_calls_do_not_sync(backend):
     import flashattn2
     from flashattn2 import flash_attn_with_kvcache
@@ -295,5 +295,56 @@ def test_fp8_calls_do_not_sync(backend):
         finally:
             torch.cuda.set_sync_debug_mode(0)
         torch.cuda.synchronize()
+    finally:
+        flashattn2.set_backend(before)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("backend", ["gluon", "triton"])
+@pytest.mark.parametrize("varlen", [False, True])
+def test_fp8_calls_replay_in_a_cuda_graph(backend, varlen):
+    # serving captures inference calls: V's copy, the descales and the kernel must replay on new inputs
+    import flashattn2
+    from flashattn2.kernels.backends import get_backend
+
+    cu = torch.tensor([0, 100, 100, 333], dtype=torch.int32, device=DEVICE)
+
+    def fresh(seed):
+        q, k, v = _inputs(1 if varlen else 2, 333, 333, 4, 2, 128, seed=seed)
+        if varlen:
+            return quantize_fp8(q[0], k[0], v[0], cu, cu)
+        return quantize_fp8(q, k, v)
+
+    def call(q8, k8, v8, qd, kd, vd):
+        if varlen:
+            return flash_attn_varlen_func(q8, k8, v8, cu, cu, 233, 233, causal=True, q_descale=qd, k_descale=kd,
+                                          v_descale=vd)
+        return flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+
+    before = get_backend()
+    flashattn2.set_backend(backend)
+    try:
+        static = [x.clone() for x in fresh(0)]  # the graph's input buffers
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                call(*static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = call(*static)
+        outs = []
+        for seed in (1, 2):
+            inputs = fresh(seed)
+            for buf, x in zip(static, inputs, strict=True):
+                buf.copy_(x)
+            graph.replay()
+            eager = call(*inputs)
+            assert not eager.isnan().any()
+            assert torch.equal(static_out, eager)
+            outs.append(static_out.clone())
+        assert not torch.equal(outs[0], outs[1])  # the replays did see the new inputs
     finally:
         flashattn2.set_backend(before)
