@@ -1,10 +1,9 @@
 """FP8's V stored keys-last: FP8 tensor cores read the P V matmul's V along the keys (K-major), so the FP8
 forwards take V as (batch, heads, head_dim, keys) storage, copied once per call by this kernel.
 
-A plain torch permute-copy of 1-byte elements ran at about 200 GB/s on the H100 (160 µs for 32 MB, up to
-15% of a forward: benchmarks/NOTES.md); this one loads (keys, head_dim) tiles along the head dim and
-stores them transposed along the keys. Keys past the sequence, up to the padded length, are written as
-zeros (P is 0 there, and V must be finite).
+A torch permute-copy of the 1-byte elements took 160-190 µs for 32 MB on the H100, most of a 1k call's gain
+(benchmarks/NOTES.md); this kernel loads (keys, head_dim) tiles along the head dim and stores them transposed
+along the keys, in about 30 µs. Keys past the sequence, up to the padded length, are written as zeros.
 """
 
 import torch
@@ -15,18 +14,8 @@ from .common import cdiv, padded_head_dim
 
 
 @triton.jit
-def _key_slot(keys, KEY_ORDER: tl.constexpr):
-    """Where key `keys` is stored: itself, or with KEY_ORDER its place in fwd_sm90.FP8_KEY_ORDER (within
-    each 32, key 16a + 8b + 2c + e goes to 16a + 4c + 2b + e)."""
-    if KEY_ORDER:
-        keys = (keys & ~31) | (keys & 16) | ((keys & 6) << 1) | ((keys >> 2) & 2) | (keys & 1)
-    return keys
-
-
-@triton.jit
 def v_keys_last_kernel(V, Out, seqlen, keys, stride_vb, stride_vs, stride_vh, stride_vd,
-                       HEAD_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
-                       KEY_ORDER: tl.constexpr):
+                       HEAD_DIM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
     offs_k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     off_h = tl.program_id(1).to(tl.int64)
     off_b = tl.program_id(2).to(tl.int64)
@@ -36,15 +25,14 @@ def v_keys_last_kernel(V, Out, seqlen, keys, stride_vb, stride_vs, stride_vh, st
     tile = tl.load(src, mask=(offs_k[:, None] < seqlen) & (offs_d[None, :] < HEAD_DIM), other=0)
     nheads = tl.num_programs(1)
     row0 = (off_b * nheads + off_h) * HEAD_DIM  # this (batch, head)'s first channel row of Out
-    dst = Out + (row0 + offs_d[:, None]) * keys + _key_slot(offs_k, KEY_ORDER)[None, :]
+    dst = Out + (row0 + offs_d[:, None]) * keys + offs_k[None, :]
     tl.store(dst, tl.trans(tile), mask=(offs_d[:, None] < HEAD_DIM) & (offs_k[None, :] < keys))
 
 
-def v_keys_last(v: torch.Tensor, multiple: int = 16, key_order: bool = False) -> torch.Tensor:
+def v_keys_last(v: torch.Tensor, multiple: int = 16) -> torch.Tensor:
     """Dense v (batch, seqlen, heads, head_dim) as a new (batch, heads, head_dim, keys) tensor, or packed v
     (total, heads, head_dim) as (heads, head_dim, keys), keys = the length rounded up to `multiple` (zeros
-    past it); key_order stores each 32 keys in fwd_sm90.FP8_KEY_ORDER (multiple must then be 32)."""
-    assert not key_order or multiple % 32 == 0, "the key order permutes whole groups of 32"
+    past it)."""
     dense = v.dim() == 4
     batch, seqlen, heads, head_dim = v.shape if dense else (1, *v.shape)
     keys = cdiv(seqlen, multiple) * multiple
@@ -55,6 +43,6 @@ def v_keys_last(v: torch.Tensor, multiple: int = 16, key_order: bool = False) ->
         block_k = 128
         v_keys_last_kernel[(cdiv(keys, block_k), heads, batch)](
             src, out, seqlen, keys, stride_vb, stride_vs, stride_vh, stride_vd, HEAD_DIM=head_dim, BLOCK_K=block_k,
-            BLOCK_D=padded_head_dim(head_dim), KEY_ORDER=key_order, num_warps=4)
+            BLOCK_D=padded_head_dim(head_dim), num_warps=4)
     out = out.view(v.dtype)
     return out if dense else out[0]
