@@ -59,21 +59,42 @@ def test_fp8_forward_matches_dequantised_float64(batch, seqlen_q, seqlen_k, nhea
     _check(q8, k8, v8, qd, kd, vd, out, **kw)
 
 
+def _relabelled(n: torch.Tensor) -> torch.Tensor:
+    # the Gluon FP8 forward's key relabelling, written out: key 64g + 8j + 2t + i sits at 64g + 16t + 2j + i
+    return n // 64 * 64 + n // 2 % 4 * 16 + n // 8 % 8 * 2 + n % 2
+
+
+@pytest.mark.parametrize("relabel", [False, True])
 @pytest.mark.parametrize("shape", [(2, 77, 3, 16), (1, 300, 2, 64), (3, 32, 1, 40), (2, 1, 2, 256), (200, 5, 2)])
-def test_v_keys_last_is_a_padded_transpose(shape):
-    # FP8's V layout, built independently: keys last, zero-padded to a multiple of 16
+def test_v_keys_last_is_a_padded_transpose(shape, relabel):
+    # FP8's V layout, built independently: keys last, zero-padded to a multiple of 16 (64 when relabelled)
     from flashattn2.kernels.v_layout import v_keys_last
 
     torch.manual_seed(len(shape) + shape[1])
     wide = randn(*shape[:-2], 2 * shape[-2], shape[-1], dtype=torch.float32).to(torch.float8_e4m3fn)
     v = wide[..., ::2, :]  # heads strided: any layout with a unit last stride is taken
-    got = v_keys_last(v)
+    multiple = 64 if relabel else 16
+    got = v_keys_last(v, multiple, relabel)
     x = v if v.dim() == 4 else v[None]
-    keys = -(-x.shape[1] // 16) * 16
+    keys = -(-x.shape[1] // multiple) * multiple
     want = torch.zeros(*x.shape[:1], x.shape[2], x.shape[3], keys, dtype=torch.uint8, device=v.device)
-    want[..., :x.shape[1]] = x.view(torch.uint8).permute(0, 2, 3, 1)
+    at = torch.arange(x.shape[1], device=v.device)
+    want[..., _relabelled(at) if relabel else at] = x.view(torch.uint8).permute(0, 2, 3, 1)
     assert got.dtype == v.dtype
     assert torch.equal(got.view(torch.uint8), want if v.dim() == 4 else want[0])
+
+
+def test_relabelled_p_and_v_keep_p_v():
+    # the Gluon kernel's P store (fwd_sm90._keep_p: reshape, permute) against v_keys_last's V relabelling
+    from flashattn2.kernels.v_layout import v_keys_last
+
+    torch.manual_seed(3)
+    v = randn(1, 200, 1, 32, dtype=torch.float32).to(torch.float8_e4m3fn)
+    vt = v_keys_last(v, 64, relabel=True)[0, 0].float()  # (head_dim, 256 keys)
+    p = torch.rand(64, 256, device=v.device)
+    p[:, 200:] = 0.0  # masked: keys past the sequence
+    p_stored = p.reshape(64, 4, 8, 4, 2).permute(0, 1, 3, 2, 4).reshape(64, 256)
+    torch.testing.assert_close(p_stored @ vt.T, p[:, :200] @ v[0, :, 0].float(), rtol=1e-5, atol=1e-5)
 
 
 def test_fp8_alibi_and_lse():

@@ -4,7 +4,7 @@ head) descale factors, the true value being the fp8 value times its descale; the
 The kernels are the forwards' IS_FP8 variants (on Hopper the Gluon one, kernels/fwd_sm90.py, elsewhere and for what
 it declines the Triton one): both matmuls take e4m3 operands (P too, scaled by 2**8 so that small probabilities keep
 their precision) and accumulate in fp32; the descales fold into the score scale and the output. FP8 tensor cores read
-V along the keys: a V not stored sequence-contiguous is copied so once per call (rows_contiguous). Forward only.
+V along the keys: each call copies V so (kernels/v_layout.py). Forward only.
 """
 
 from typing import Optional
@@ -13,7 +13,6 @@ import torch
 
 from .kernels.common import capability
 from .kernels.params import AttnOptions
-from .kernels.v_layout import v_keys_last
 from .ops import _fwd_op_call, _traced, forward
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -70,11 +69,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple
     if q.is_cuda and capability(q.get_device()) < (8, 9):
         raise NotImplementedError(f"FP8 attention needs FP8 tensor cores (sm_89 or newer); this GPU is "
                                   f"sm_{''.join(map(str, capability(q.get_device())))}")
-    if _traced(q):  # the op lays V out itself (a kernel launch dynamo cannot trace)
+    if _traced(q):  # a custom op: dynamo cannot trace the kernel launches
         return torch.ops.flashattn2.fwd_fp8(q, k, v, *descales, opts.cu_seqlens_q, opts.cu_seqlens_k,
                                             opts.alibi_slopes, opts.max_seqlen_q, opts.max_seqlen_k,
                                             opts.softmax_scale, opts.window_left, opts.window_right, opts.softcap)
-    out, lse, _ = forward(q, k, rows_contiguous(v), opts, descales=descales)
+    out, lse, _ = forward(q, k, v, opts, descales=descales)
     return out, lse
 
 
@@ -86,7 +85,7 @@ def _fwd_fp8_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: to
                 softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
     _, _, _, opts, _ = _fwd_op_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, None, max_seqlen_q,
                                     max_seqlen_k, softmax_scale, window_left, window_right, softcap, 0.0, False, False)
-    out, lse, _ = forward(q, k, rows_contiguous(v), opts, descales=(q_descale, k_descale, v_descale))
+    out, lse, _ = forward(q, k, v, opts, descales=(q_descale, k_descale, v_descale))
     return out, lse
 
 
@@ -95,17 +94,6 @@ def _fwd_fp8_fake(q, k, v, q_descale, k_descale, v_descale, cu_seqlens_q, cu_seq
     lse_shape = (q.shape[1], q.shape[0]) if cu_seqlens_q is not None else (q.shape[0], q.shape[2], q.shape[1])
     return (torch.empty(q.shape, dtype=OUT_DTYPE, device=q.device),
             torch.empty(lse_shape, dtype=torch.float32, device=q.device))
-
-
-def rows_contiguous(v: torch.Tensor) -> torch.Tensor:
-    """v with the same shape, stored sequence-contiguous per (batch, head, channel): FP8 tensor cores read the
-    P V matmul's V along the keys, and the kernels then load it so without a transpose (one copy of V, by
-    kernels/v_layout.py). Each channel's row of keys starts 16-byte aligned, as TMA needs."""
-    if v.stride(-3) == 1:
-        return v
-    keys = v.shape[-3]
-    vt = v_keys_last(v, multiple=16)  # (batch, heads, head_dim, keys) or (heads, head_dim, total)
-    return vt[..., :keys].permute((0, 3, 1, 2) if v.dim() == 4 else (2, 0, 1))
 
 
 def quantize_fp8(

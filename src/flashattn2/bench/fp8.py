@@ -7,7 +7,7 @@ the same run. Accuracy (head dim 128, seqlen 4k, 16 heads): max error against fl
 (ours in FP8, ours in bf16, PyTorch in bf16), on random data and with outlier channels (10-100x) in k and v.
 The FP8 forward is timed as flash_attn_func runs it (the backend "auto" picks; V copied per call into the layout FP8
 tensor cores read), on the Triton kernel, and the V copy alone.
---sweep first times tile configurations of the Gluon FP8 kernel (Hopper), the kernel alone at 8k. Writes
+--sweep first times tile configurations of the Gluon FP8 kernel (Hopper) at 8k, its plan called with its V copy. Writes
 <stem>_fp8.json; its markdown and PNG come from benchmarks/report_fp8.py.
 """
 
@@ -59,7 +59,6 @@ def matmul_rates(n: int = 8192) -> dict:
 
 def sweep(head_dims) -> list[dict]:
     from flashattn2 import quantize_fp8
-    from flashattn2.fp8 import rows_contiguous
     from flashattn2.kernels.fwd_sm90 import Sm90ForwardPlan
     from flashattn2.kernels.params import AttnOptions
 
@@ -67,7 +66,6 @@ def sweep(head_dims) -> list[dict]:
     for head_dim in head_dims:
         seqlen = 8192
         q8, k8, v8, *descales = quantize_fp8(*_qkv(TOKENS // seqlen, seqlen, HIDDEN // head_dim, head_dim))
-        v8 = rows_contiguous(v8)  # V as flash_attn_func hands it to the kernel: the kernel alone is timed
         for causal in (False, True):
             opts = AttnOptions(softmax_scale=head_dim**-0.5, window_right=0 if causal else -1)
             flops = 4 * TOKENS * seqlen * HIDDEN / (2 if causal else 1)
@@ -86,8 +84,8 @@ def sweep(head_dims) -> list[dict]:
 
 def speed(head_dims, seqlens) -> list[dict]:
     from flashattn2 import attention_backend, flash_attn_func, quantize_fp8, set_backend
-    from flashattn2.fp8 import rows_contiguous
     from flashattn2.kernels.backends import get_backend
+    from flashattn2.kernels.v_layout import RELABEL_KEYS, keys_last, v_keys_last
 
     rows = []
     for head_dim in head_dims:
@@ -100,7 +98,9 @@ def speed(head_dims, seqlens) -> list[dict]:
                 choice = get_backend()
                 with torch.no_grad():
                     fp8 = _ms(fp8_call)
-                    v_copy = _ms(partial(rows_contiguous, v8))  # the share of the call that copies V
+                    gluon = attention_backend(q8, k8, v8, causal=causal).forward == "gluon-sm90"
+                    # the share of the call that copies V (each kernel's own layout)
+                    v_copy = _ms(partial(v_keys_last, v8, RELABEL_KEYS, True) if gluon else partial(keys_last, v8))
                     bf16 = _ms(partial(flash_attn_func, q, k, v, causal=causal))
                     set_backend("triton")
                     try:

@@ -16,6 +16,7 @@ from .scores import fp8_scales, masked_scores, transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
 from .softmax import finalize, online_softmax_update
 from .tma import load_tile, row_tiles, tma_usable
+from .v_layout import keys_last, keys_last_layout
 
 
 @triton.jit
@@ -71,7 +72,7 @@ def attention_fwd_kernel(
 
     IS_FP8: Q, K, V are float8 e4m3 whose true values are theirs times the (batch, kv head) factors in
     QDescale, KDescale, VDescale (contiguous (batch, nheads_k) fp32); P goes to V in e4m3 too.
-    V_T: V has a unit row stride and stride_vd between head-dim elements (fp8.py stores it so).
+    V_T: V has a unit row stride and stride_vd between head-dim elements (v_layout.keys_last).
 
     qk_scale is softmax_scale * log2(e). Q, K, V, Out are (batch, seqlen, heads, head_dim) with any
     strides but a unit last one, or packed (total, heads, head_dim) with cumulative lengths (varlen).
@@ -230,6 +231,10 @@ class ForwardPlan:
         self.lse_shape = (nheads, q.shape[0]) if varlen else (batch, nheads, seqlen_q)
         self.probs_shape = (batch, nheads, seqlen_q, seqlen_k) if return_probs else None
         self.empty = q.numel() == 0 or batch * seqlen_q == 0
+        # FP8 tensor cores read V along the keys: each call copies it keys-last (v_layout.py)
+        self.fp8 = fp8
+        if fp8:
+            v = keys_last_layout(v)
         self.tma_block = (cfg.block_n, block_d) if cfg.use_tma and not varlen and tma_usable(k, v) else None
         # strides of the outputs this plan allocates
         lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"), varlen)
@@ -239,7 +244,7 @@ class ForwardPlan:
                      INTERPRET=INTERPRET, **opts.kernel_args())
         named["LONG_ROWS"] = long_rows(0 if varlen else 1, q, k, v)
         named["IS_FP8"] = fp8
-        # a V whose rows are contiguous (fp8.py transposes it so) is read head-dim-strided
+        # a V whose rows are contiguous (FP8's keys-last copy) is read head-dim-strided
         named["V_T"] = v.stride(-1) != 1
         named["stride_vd"] = v.stride(-1)
         self.attend = Launch(
@@ -265,6 +270,8 @@ class ForwardPlan:
         if self.empty:
             return out, lse, probs
         pointers = opts.tensors()
+        if self.fp8:
+            v = keys_last(v)
         if self.tma_block is None:
             self.attend(q, k, v, out, lse, *pointers, *descales)
         else:

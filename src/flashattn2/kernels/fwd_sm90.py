@@ -12,9 +12,10 @@ O goes out through TMA from the consumer's (no longer needed) Q stage; packed va
 batches store with masked pointer stores, since a descriptor cannot end at each sequence.
 
 IS_FP8 (FlashAttention-3's FP8 path): q, k, v in e4m3 with (batch, kv head) descales folded into the
-score scale and the output; P goes to the PV matmul in e4m3, scaled by 2**8. FP8 tensor cores read
-both operands K-major, so V comes stored sequence-contiguous (fp8.rows_contiguous) and is loaded as
-(head_dim, keys) tiles; O (bf16) leaves with pointer stores.
+score scale and the output; P goes to the PV matmul in e4m3, scaled by 2**8, through shared memory.
+FP8 tensor cores read both operands K-major, so each call first copies V keys-last (v_layout.py), keys
+relabelled within each 64 so that P's stores are 16 bytes wide, and loads it as (head_dim, keys) tiles;
+O (bf16) leaves with pointer stores.
 
 Masks, score transforms, block ranges and sequence bounds are the portable kernels' @triton.jit
 helpers (they compile inside Gluon), so both backends share one definition of every option.
@@ -45,6 +46,7 @@ from .scores import fp8_scales, transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
 from .softmax import finalize, online_softmax_update
 from .tma import tma_usable
+from .v_layout import RELABEL_KEYS, v_keys_last
 
 WG_M = gl.constexpr(64)  # query rows per consumer warpgroup (wgmma's M)
 BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
@@ -208,6 +210,9 @@ def _keep_p(p, p_smem, it, IS_FP8: gl.constexpr):
     still feed the PV in flight): wgmma waits cannot hold 8-bit registers live, so the carried value is a
     placeholder."""
     if IS_FP8:
+        # keys relabelled within each 64 as V's copy is (v_layout.RELABEL_KEYS): 16-byte stores, not 2-byte
+        n: gl.constexpr = p.shape[1]
+        p = p.reshape([WG_M, n // 64, 8, 4, 2]).permute([0, 1, 3, 2, 4]).reshape([WG_M, n])
         p_smem.index(it % 2).store(p)
         fence_async_shared()
         p = it
@@ -524,15 +529,9 @@ def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnO
             # a sequence's keys start anywhere in the packed V^T rows: on the H100 the TMA loads from such
             # offsets stopped the kernel with an illegal instruction (NOTES.md); pointer loads take them
             return "packed (varlen) FP8 batches: the Triton FP8 kernel runs them"
-        # V reaches the kernel sequence-contiguous: as given, or in fp8.rows_contiguous's aligned copy
-        vt = [v_transposed(v)] if v.stride(-3) == 1 else []
-        return sm90_declines(q, CONFIGS_FP8, "kernel", dropout, k, *vt, dtypes=(torch.float8_e4m3fn,))
+        # V is read from the plan's own aligned copy
+        return sm90_declines(q, CONFIGS_FP8, "kernel", dropout, k, dtypes=(torch.float8_e4m3fn,))
     return sm90_declines(q, CONFIGS, "kernel", dropout, k, v)
-
-
-def v_transposed(v: torch.Tensor) -> torch.Tensor:
-    """FP8's sequence-contiguous dense V as the (batch, heads, head_dim, keys) view its descriptor reads."""
-    return v.permute(0, 2, 3, 1)
 
 
 def descriptor(x: torch.Tensor, block: list[int], layout, varlen: bool) -> TensorDescriptor:
@@ -570,6 +569,9 @@ class Sm90ForwardPlan:
         self.kv_layout = shared_layout(self.kv_block, q.dtype)
         self.v_block, self.v_layout = self.kv_block, self.kv_layout
         if fp8:
+            if block_n % RELABEL_KEYS:
+                raise ValueError(f"FP8 key tiles hold whole groups of {RELABEL_KEYS} relabelled keys: "
+                                 f"BLOCK_N={block_n}")
             self.v_block = [1, 1, head_dim, block_n]
             self.v_layout = shared_layout(self.v_block, q.dtype)
         lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"), varlen)
@@ -592,7 +594,8 @@ class Sm90ForwardPlan:
         cu_q, cu_k, alibi, _ = opts.tensors()
         varlen = self.varlen
         if self.fp8:
-            vt = v_transposed(v)
+            # (batch, heads, head_dim, keys) with keys padded to and relabelled within 64s (_keep_p)
+            vt = v_keys_last(v, multiple=RELABEL_KEYS, relabel=True)
             v_desc = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), self.v_block, self.v_layout)
             o_desc = None  # bf16 O leaves through pointer stores
         else:

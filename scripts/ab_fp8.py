@@ -1,0 +1,48 @@
+"""FP8 forward as flash_attn_func runs it, timed over the benchmark's grid (16k tokens per batch, hidden
+2048), one JSON row per shape: run it once per source tree, alternating, for a same-machine A/B:
+
+    PYTHONPATH=src python scripts/ab_fp8.py --tag B --out DIR
+"""
+
+import argparse
+import json
+from functools import partial
+from pathlib import Path
+
+import torch
+import triton.testing
+
+from flashattn2 import attention_backend, flash_attn_func, quantize_fp8
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tag", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--seqlens", type=int, nargs="+", default=[2048, 8192, 16384])
+    args = parser.parse_args()
+    rows = []
+    for head_dim in args.head_dims:
+        for causal in (False, True):
+            for seqlen in args.seqlens:
+                torch.manual_seed(0)
+                shape = (16384 // seqlen, seqlen, 2048 // head_dim, head_dim)
+                q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                q8, k8, v8, qd, kd, vd = quantize_fp8(q, k, v)
+                call = partial(flash_attn_func, q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd,
+                               v_descale=vd)
+                with torch.no_grad():
+                    ms = triton.testing.do_bench(call, warmup=100, rep=400)
+                flops = 4 * 16384 * seqlen * 2048 / (2 if causal else 1)
+                row = {"tag": args.tag, "head_dim": head_dim, "causal": causal, "seqlen": seqlen,
+                       "tflops": flops / ms / 1e9, "backend": attention_backend(q8, k8, v8, causal=causal).forward}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / f"ab_fp8_{args.tag}.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+if __name__ == "__main__":
+    main()
