@@ -2,6 +2,7 @@
 2048), one JSON row per shape: run it once per source tree, alternating, for a same-machine A/B:
 
     PYTHONPATH=src python scripts/ab_fp8.py --tag B --out DIR
+    python scripts/ab_fp8.py --summary DIR   # each shape's runs, and B's mean over A's
 """
 
 import argparse
@@ -17,11 +18,14 @@ from flashattn2 import attention_backend, flash_attn_func, quantize_fp8
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tag", required=True)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tag")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--summary", type=Path)
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
-    parser.add_argument("--seqlens", type=int, nargs="+", default=[2048, 8192, 16384])
+    parser.add_argument("--seqlens", type=int, nargs="+", default=[4096, 8192, 16384])
     args = parser.parse_args()
+    if args.summary:
+        return summary(args.summary)
     rows = []
     for head_dim in args.head_dims:
         for causal in (False, True):
@@ -42,6 +46,19 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / f"ab_fp8_{args.tag}.jsonl", "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def summary(folder: Path) -> None:
+    runs: dict = {}
+    for path in sorted(folder.glob("ab_fp8_*.jsonl")):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            runs.setdefault((r["head_dim"], r["causal"], r["seqlen"]), {}).setdefault(r["tag"], []).append(r["tflops"])
+    for (head_dim, causal, seqlen), tags in sorted(runs.items()):
+        mean = {t: sum(v) / len(v) for t, v in tags.items()}
+        ratio = mean["B"] / mean["A"] if {"A", "B"} <= mean.keys() else float("nan")
+        cells = "  ".join(f"{t} " + "/".join(f"{x:.0f}" for x in v) for t, v in sorted(tags.items()))
+        print(f"d{head_dim} {'causal' if causal else 'full  '} {seqlen:>6}  {cells}  B/A {ratio:.3f}")
 
 
 if __name__ == "__main__":
