@@ -2,7 +2,9 @@
 2048), one JSON row per shape: run it once per source tree, alternating, for a same-machine A/B:
 
     PYTHONPATH=src python scripts/ab_fp8.py --tag B --out DIR
-    python scripts/ab_fp8.py --summary DIR   # each shape's runs, and B's mean over A's
+    python scripts/ab_fp8.py --summary DIR   # each shape's runs, and each tag's mean over A's
+
+--set KEY=VALUE (repeatable) overrides that key of every Gluon FP8 tuning (fwd_sm90.CONFIGS_FP8).
 """
 
 import argparse
@@ -21,11 +23,18 @@ def main() -> None:
     parser.add_argument("--tag")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--summary", type=Path)
+    parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--seqlens", type=int, nargs="+", default=[4096, 8192, 16384])
     args = parser.parse_args()
     if args.summary:
         return summary(args.summary)
+    from flashattn2.kernels import fwd_sm90
+
+    for item in args.set:
+        key, value = item.split("=")
+        for tuning in fwd_sm90.CONFIGS_FP8.values():
+            tuning[key] = int(value)
     rows = []
     for head_dim in args.head_dims:
         for causal in (False, True):
@@ -56,9 +65,9 @@ def summary(folder: Path) -> None:
             runs.setdefault((r["head_dim"], r["causal"], r["seqlen"]), {}).setdefault(r["tag"], []).append(r["tflops"])
     for (head_dim, causal, seqlen), tags in sorted(runs.items()):
         mean = {t: sum(v) / len(v) for t, v in tags.items()}
-        ratio = mean["B"] / mean["A"] if {"A", "B"} <= mean.keys() else float("nan")
         cells = "  ".join(f"{t} " + "/".join(f"{x:.0f}" for x in v) for t, v in sorted(tags.items()))
-        print(f"d{head_dim} {'causal' if causal else 'full  '} {seqlen:>6}  {cells}  B/A {ratio:.3f}")
+        ratios = "  ".join(f"{t}/A {mean[t] / mean['A']:.3f}" for t in sorted(mean) if t != "A" and "A" in mean)
+        print(f"d{head_dim} {'causal' if causal else 'full  '} {seqlen:>6}  {cells}  {ratios}")
 
 
 if __name__ == "__main__":
