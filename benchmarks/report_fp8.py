@@ -69,7 +69,8 @@ def markdown(result: dict) -> str:
     if result.get("sweep"):
         fields = "(BLOCK_M, BLOCK_N, warps, stages)" if len(result["sweep"][0]["config"]) == 4 else \
             "of the Gluon FP8 kernel (BLOCK_N, STAGES, PINGPONG)"
-        lines += ["", f"Tile sweep at seqlen 8192 {fields}: TFLOP/s", ""]
+        copy = ", the plan's V copy included" if result["sweep"][0].get("with_v_copy") else ""
+        lines += ["", f"Tile sweep at seqlen 8192 {fields}{copy}: TFLOP/s", ""]
         lines += [f"- d{r['head_dim']} {'causal' if r['causal'] else 'full'} {tuple(r['config'])}: "
                   + (f"{r['tflops']:.0f}" if "tflops" in r else f"failed ({r['error']})") for r in result["sweep"]]
     return "\n".join(lines) + "\n"
