@@ -161,6 +161,10 @@ def test_check_and_poison_names_the_problem_and_poisons_outputs(cu, message):
     outs = (torch.zeros(48, 2, 8, dtype=torch.bfloat16, device=DEVICE), torch.zeros(2, 48, device=DEVICE))
     with pytest.raises(ValueError, match=message):
         cu_seqlens.check_and_poison(cu_q, cu_k, 48, len(cu) - 1, 30, 1, outs)
+        # on a GPU the check may still be running when the call returns: the next call raises
+        if cu_q.is_cuda:
+            torch.cuda.synchronize()
+        cu_seqlens.raise_pending(cu_q.device)
     assert all(torch.isnan(x).all() for x in outs)
     # the flag was cleared with the raise: a good call passes and leaves its outputs alone
     cu_seqlens.check_and_poison(torch.tensor([0, 20, 48], dtype=torch.int32, device=DEVICE), cu_k[:3], 48, 2, 30, 1,
