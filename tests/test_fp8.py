@@ -84,6 +84,17 @@ def test_v_keys_last_is_a_padded_transpose(shape, relabel):
     assert torch.equal(got.view(torch.uint8), want if v.dim() == 4 else want[0])
 
 
+@pytest.mark.parametrize("shape", [(2, 77, 3, 16), (200, 5, 2)])
+def test_keys_last_layout_is_what_keys_last_makes(shape):
+    # the Triton FP8 plan bakes the copy's strides in from keys_last_layout before any copy exists
+    from flashattn2.kernels.v_layout import keys_last, keys_last_layout
+
+    v = randn(*shape, dtype=torch.float32).to(torch.float8_e4m3fn)
+    made, planned = keys_last(v), keys_last_layout(v)
+    assert (made.shape, made.stride(), made.dtype) == (planned.shape, planned.stride(), planned.dtype)
+    assert torch.equal(made.view(torch.uint8), v.view(torch.uint8))
+
+
 def test_relabelled_p_and_v_keep_p_v():
     # the Gluon kernel's P store (fwd_sm90._keep_p: reshape, permute) against v_keys_last's V relabelling
     from flashattn2.kernels.v_layout import v_keys_last
