@@ -99,9 +99,10 @@ def speed(head_dims, seqlens) -> list[dict]:
                 choice = get_backend()
                 with torch.no_grad():
                     fp8 = _ms(fp8_call)
-                    gluon = attention_backend(q8, k8, v8, causal=causal).forward == "gluon-sm90"
+                    fp8_backend = attention_backend(q8, k8, v8, causal=causal).forward
                     # the share of the call that copies V (each kernel's own layout)
-                    v_copy = _ms(partial(v_keys_last, v8, RELABEL_KEYS, True) if gluon else partial(keys_last, v8))
+                    v_copy = _ms(partial(v_keys_last, v8, RELABEL_KEYS, True) if fp8_backend == "gluon-sm90"
+                                 else partial(keys_last, v8))
                     bf16 = _ms(partial(flash_attn_func, q, k, v, causal=causal))
                     set_backend("triton")
                     try:
@@ -112,7 +113,7 @@ def speed(head_dims, seqlens) -> list[dict]:
                 row = {"head_dim": head_dim, "causal": causal, "seqlen": seqlen, "fp8_tflops": flops / fp8 / 1e9,
                        "fp8_triton_tflops": flops / fp8_triton / 1e9, "v_copy_us": v_copy * 1e3,
                        "bf16_tflops": flops / bf16 / 1e9, "fp8_over_bf16": bf16 / fp8,
-                       "fp8_backend": attention_backend(q8, k8, v8, causal=causal).forward,
+                       "fp8_backend": fp8_backend,
                        "bf16_backend": attention_backend(q, k, v, causal=causal).forward}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
