@@ -47,8 +47,8 @@ def v_keys_last(v: torch.Tensor, multiple: int = 16, relabel: bool = False) -> t
         raise ValueError(f"relabelled keys come in groups of {RELABEL_KEYS}: multiple={multiple}")
     dense = v.dim() == 4
     batch, seqlen, heads, head_dim = v.shape if dense else (1, *v.shape)
-    keys = cdiv(seqlen, multiple) * multiple
-    out = torch.empty((batch, heads, head_dim, keys), dtype=torch.uint8, device=v.device)
+    out = torch.empty(_storage_shape(v, multiple), dtype=torch.uint8, device=v.device)
+    keys = out.shape[-1]
     if out.numel():
         src = v.view(torch.uint8)  # the copy moves bytes; the interpreter has no fp8 loads
         stride_vb, stride_vs, stride_vh, stride_vd = src.stride() if dense else (0, *src.stride())
@@ -60,22 +60,26 @@ def v_keys_last(v: torch.Tensor, multiple: int = 16, relabel: bool = False) -> t
     return out if dense else out[0]
 
 
+def _storage_shape(v: torch.Tensor, multiple: int) -> tuple[int, int, int, int]:
+    batch, seqlen, heads, head_dim = v.shape if v.dim() == 4 else (1, *v.shape)
+    return batch, heads, head_dim, cdiv(seqlen, multiple) * multiple
+
+
+def _as_v(vt: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Keys-last storage vt (batch, heads, head_dim, keys) viewed with v's shape."""
+    if v.dim() == 4:
+        return vt[..., :v.shape[1]].permute(0, 3, 1, 2)
+    return vt[0, ..., :v.shape[0]].permute(2, 0, 1)
+
+
 def keys_last_layout(v: torch.Tensor, multiple: int = 16) -> torch.Tensor:
     """A meta tensor with the shape and strides of keys_last(v, multiple)."""
-    keys = cdiv(v.shape[-3], multiple) * multiple
-    if v.dim() == 4:
-        batch, _, heads, head_dim = v.shape
-        strides = (heads * head_dim * keys, 1, head_dim * keys, keys)
-    else:
-        _, heads, head_dim = v.shape
-        strides = (1, head_dim * keys, keys)
-    return torch.empty_strided(v.shape, strides, dtype=v.dtype, device="meta")
+    return _as_v(torch.empty(_storage_shape(v, multiple), dtype=v.dtype, device="meta"), v)
 
 
 def keys_last(v: torch.Tensor, multiple: int = 16) -> torch.Tensor:
     """v with the same shape, stored sequence-contiguous per (batch, head, channel), keys in order: the
     Triton FP8 forward loads such V tiles K-major without a transpose. Each channel's row of keys starts
     16-byte aligned."""
-    keys = v.shape[-3]
     vt = v_keys_last(v, multiple)  # (batch, heads, head_dim, keys) or (heads, head_dim, total)
-    return vt[..., :keys].permute((0, 3, 1, 2) if v.dim() == 4 else (2, 0, 1))
+    return _as_v(vt if v.dim() == 4 else vt[None], v)
