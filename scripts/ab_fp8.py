@@ -4,7 +4,8 @@
     PYTHONPATH=src python scripts/ab_fp8.py --tag B --out DIR
     python scripts/ab_fp8.py --summary DIR   # each shape's runs, and each tag's mean over A's
 
---set KEY=VALUE (repeatable) overrides that key of every Gluon FP8 tuning (fwd_sm90.CONFIGS_FP8).
+--set KEY=VALUE (repeatable) overrides that key of every Gluon FP8 tuning (fwd_sm90.CONFIGS_FP8); --bf16 times
+the bf16 forward on the same grid instead (--set then overrides fwd_sm90.CONFIGS), for changes both kernels share.
 """
 
 import argparse
@@ -26,14 +27,15 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--seqlens", type=int, nargs="+", default=[4096, 8192, 16384])
+    parser.add_argument("--bf16", action="store_true")
     args = parser.parse_args()
     if args.summary:
-        return summary(args.summary)
+        return summary(args.summary, "bf16" if args.bf16 else "fp8")
     from flashattn2.kernels import fwd_sm90
 
     for item in args.set:
         key, value = item.split("=")
-        for tuning in fwd_sm90.CONFIGS_FP8.values():
+        for tuning in (fwd_sm90.CONFIGS if args.bf16 else fwd_sm90.CONFIGS_FP8).values():
             tuning[key] = int(value)
     rows = []
     for head_dim in args.head_dims:
@@ -42,9 +44,13 @@ def main() -> None:
                 torch.manual_seed(0)
                 shape = (16384 // seqlen, seqlen, 2048 // head_dim, head_dim)
                 q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-                q8, k8, v8, qd, kd, vd = quantize_fp8(q, k, v)
-                call = partial(flash_attn_func, q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd,
-                               v_descale=vd)
+                if args.bf16:
+                    q8, k8, v8 = q, k, v
+                    call = partial(flash_attn_func, q, k, v, causal=causal)
+                else:
+                    q8, k8, v8, qd, kd, vd = quantize_fp8(q, k, v)
+                    call = partial(flash_attn_func, q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd,
+                                   v_descale=vd)
                 with torch.no_grad():
                     ms = triton.testing.do_bench(call, warmup=100, rep=400)
                 flops = 4 * 16384 * seqlen * 2048 / (2 if causal else 1)
@@ -53,13 +59,13 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / f"ab_fp8_{args.tag}.jsonl", "a") as f:
+    with open(args.out / f"ab_{'bf16' if args.bf16 else 'fp8'}_{args.tag}.jsonl", "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
 
 
-def summary(folder: Path) -> None:
+def summary(folder: Path, kind: str = "fp8") -> None:
     runs: dict = {}
-    for path in sorted(folder.glob("ab_fp8_*.jsonl")):
+    for path in sorted(folder.glob(f"ab_{kind}_*.jsonl")):
         for line in path.read_text().splitlines():
             r = json.loads(line)
             runs.setdefault((r["head_dim"], r["causal"], r["seqlen"]), {}).setdefault(r["tag"], []).append(r["tflops"])
