@@ -3,7 +3,9 @@
 One program per 128-row query tile of one (batch, head), in three warp partitions:
 - a producer (the default partition) loads the two 64-row Q halves once, then streams K and V tiles
   with TMA into a ring of STAGES shared-memory stages; k_ready / v_ready (expect-tx) say a stage is
-  full, kv_empty (count 2, one arrival per consumer) that both consumers are done with it;
+  full, kv_empty (count 2, one arrival per consumer) that both consumers are done with it: K's at
+  stage s, released when S retires, V's at STAGES + s, released when PV retires, so that K of the
+  next tile but one can load while the PV of the last still reads V;
 - two consumer warpgroups, one per 64-row half: S = Q Kᵀ by wgmma from shared memory, the online
   softmax in registers, P kept in registers as the A operand of O += P V. Each step issues S_j and
   PV_{j-1} back to back and waits for S_j alone, so the softmax of tile j runs under the PV matmul
@@ -60,14 +62,16 @@ CONFIGS = {
     128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, PERSISTENT=True),
     256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, PERSISTENT=True),
 }
-# FP8: K and V tiles take half the bytes, so more stages fit (the H100 sweep at 8k: benchmarks/NOTES.md)
+# FP8: K and V tiles take half the bytes, so longer key tiles fit: fewer per-tile steps per key (H100 A/B:
+# benchmarks/NOTES.md). Causal (any right window edge) d128 keeps 128-key tiles: its work items hold few.
 CONFIGS_FP8 = {
     64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, PERSISTENT=True),
-    128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True, PERSISTENT=True),
-    256: dict(BLOCK_N=64, STAGES=4, PINGPONG=False, PERSISTENT=True),
+    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, PERSISTENT=True),
+    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, PERSISTENT=True),
 }
-# where "auto" takes this kernel: at head dims 64 and 256 the Triton forward is as fast (NOTES.md)
-AUTO_HEAD_DIMS = (128,)
+CONFIGS_FP8_CAUSAL = {128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True)}
+# where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md)
+AUTO_HEAD_DIMS = (128, 256)
 AUTO_HEAD_DIMS_FP8 = (64, 128, 256)
 # FP8 causal calls with fewer query rows than this (per head dim) ran faster on the Triton FP8 kernel: their
 # work items hold few key tiles, so this kernel's pipeline fill and drain show (H100, 2026-11-23, NOTES.md)
@@ -88,6 +92,14 @@ def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
 # registers: the launch cap, and the consumers' share after setmaxnreg (the producer gives its up)
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(232)
+
+
+def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
+    """CONFIGS' entry for a call; FP8 calls with a right window edge (causal) take CONFIGS_FP8_CAUSAL's."""
+    if not fp8:
+        return dict(CONFIGS[head_dim])
+    causal = CONFIGS_FP8_CAUSAL.get(head_dim, {}) if opts.window_right >= 0 else {}
+    return {**CONFIGS_FP8[head_dim], **causal}
 
 
 @gluon.jit
@@ -136,9 +148,11 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
             for start_n in range(n_lo, n_hi, BLOCK_N):
                 stage = it % STAGES
                 # a fresh barrier counts as having completed the phase before 0: the first pass does not wait
-                mbarrier.wait(kv_empty.index(stage), ((it // STAGES) & 1) ^ 1)
+                phase = ((it // STAGES) & 1) ^ 1
+                mbarrier.wait(kv_empty.index(stage), phase)
                 mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
                 tma_load(k_desc, [tma_b, k_start + start_n, off_hk, 0], k_ready.index(stage), k_smem.index(stage))
+                mbarrier.wait(kv_empty.index(STAGES + stage), phase)
                 mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
                 if IS_FP8:  # V stored (batch, heads, head_dim, keys): a (head_dim, BLOCK_N) tile
                     tma_load(v_desc, [tma_b, off_hk, 0, k_start + start_n], v_ready.index(stage),
@@ -276,12 +290,13 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, p_smem, 
     o_tok = _issue_pv(p, p_smem, it - 1, v_smem, acc, BLOCK_N, BLOCK_D, STAGES, IS_FP8)
     _pass_turn(turn, WG, PINGPONG)
     s = warpgroup_mma_wait(1, deps=[s_tok])
+    mbarrier.arrive(kv_empty.index(stage), count=1)
     p_next, alpha, m_i, l_i = _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left,
                                      window_right, softcap_in2, softcap_out, alibi_slope, q_tile.dtype, BLOCK_N,
                                      BLOCK_D, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, IS_FP8, P_SHIFT)
     p_next = _keep_p(p_next, p_smem, it, IS_FP8)
     acc, p = _wait_pv(o_tok, p, IS_FP8)
-    mbarrier.arrive(kv_empty.index(prev), count=1)
+    mbarrier.arrive(kv_empty.index(STAGES + prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
     return acc, m_i, l_i, p_next
 
@@ -309,6 +324,7 @@ def _attend(q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it
                               is_async=True)
         _pass_turn(turn, WG, PINGPONG)
         s = warpgroup_mma_wait(0, deps=[s_tok])
+        mbarrier.arrive(kv_empty.index(stage), count=1)
         p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
                                 softcap_in2, softcap_out, alibi_slope, q_tile.dtype, BLOCK_N, BLOCK_D, HAS_LEFT,
                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, IS_FP8, P_SHIFT)
@@ -348,7 +364,7 @@ def _attend(q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it
         o_tok = _issue_pv(p, p_smem, it - 1, v_smem, acc, BLOCK_N, BLOCK_D, STAGES, IS_FP8)
         _pass_turn(turn, WG, PINGPONG)
         acc, p = _wait_pv(o_tok, p, IS_FP8)
-        mbarrier.arrive(kv_empty.index(prev), count=1)
+        mbarrier.arrive(kv_empty.index(STAGES + prev), count=1)
         turns += 1
     return acc, m_i, l_i, it, turns
 
@@ -459,7 +475,7 @@ def attention_fwd_sm90_kernel(
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     mbarrier.init(q_empty, count=2)
@@ -469,6 +485,7 @@ def attention_fwd_sm90_kernel(
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(kv_empty.index(i), count=2)
+        mbarrier.init(kv_empty.index(STAGES + i), count=2)
 
     gl.warp_specialize([
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
@@ -496,6 +513,7 @@ def attention_fwd_sm90_kernel(
         mbarrier.invalidate(k_ready.index(i))
         mbarrier.invalidate(v_ready.index(i))
         mbarrier.invalidate(kv_empty.index(i))
+        mbarrier.invalidate(kv_empty.index(STAGES + i))
 
 
 def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tensors: torch.Tensor,
@@ -552,7 +570,7 @@ class Sm90ForwardPlan:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
         varlen = opts.varlen
         self.fp8 = fp8 = q.dtype == torch.float8_e4m3fn
-        tuning = {**(CONFIGS_FP8 if fp8 else CONFIGS)[head_dim], **(tuning or {})}
+        tuning = {**default_tuning(head_dim, fp8, opts), **(tuning or {})}
         block_n = tuning["BLOCK_N"]
         num_tiles = cdiv(seqlen_q, BLOCK_M) * batch * nheads
         if tuning.pop("PERSISTENT") and opts.window_right < 0:
