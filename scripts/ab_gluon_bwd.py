@@ -1,6 +1,7 @@
-"""A/B of Gluon dK/dV tunings (kernels/bwd_sm90.py CONFIGS) inside the whole backward (preprocess, dK/dV,
-dQ kernel) against the all-Triton backward and cuDNN, interleaved per shape:
-python scripts/ab_gluon_bwd.py --out DIR. Each variant's gradients are checked against Triton's first."""
+"""A/B of the Gluon backward's tunings (kernels/bwd_sm90.py) inside the whole backward against the
+all-Triton backward and cuDNN, interleaved per shape: python scripts/ab_gluon_bwd.py --out DIR
+[--set KEY=VALUE ...]. Each variant's gradients are checked against Triton's first. "fused-..." variants
+compute dQ in the kernel; "dkdv-..." ones leave it to the Triton dQ kernel (the deterministic path)."""
 
 import argparse
 import json
@@ -15,28 +16,40 @@ import flashattn2
 from flashattn2.kernels import backward, bwd_sm90, forward
 from flashattn2.kernels.params import AttnOptions
 
-VARIANTS = {"m32-s3": dict(BLOCK_M=32, STAGES=3), "m32-s4": dict(BLOCK_M=32, STAGES=4),
-            "m64-s2": dict(BLOCK_M=64, STAGES=2), "m64-s3": dict(BLOCK_M=64, STAGES=3)}
+VARIANTS = {"dkdv-m32-s3": dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False),
+            "fused-m64-s2": dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True)}
+# --extra: the options' cells (bf16 d128, 4k tokens unless named), name -> (causal, seqlen, kv heads, options)
+EXTRA = {"softcap": (True, 4096, 16, dict(softcap=30.0)), "alibi": (True, 4096, 16, dict(alibi=True)),
+         "gqa-8": (True, 4096, 2, {}), "window-512": (True, 16384, 16, dict(window_left=511))}
 
 
-def measure(hdim: int, causal: bool, seqlen: int) -> dict:
+def measure(hdim: int, causal: bool, seqlen: int, dtype: torch.dtype, nheads_k: int | None = None,
+            options: dict | None = None, name: str = "") -> dict:
     batch, nheads = 16384 // seqlen, 2048 // hdim
+    nheads_k = nheads_k or nheads
     torch.manual_seed(0)
-    q, k, v, dout = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-    opts = AttnOptions(softmax_scale=hdim ** -0.5, window_left=-1, window_right=0 if causal else -1)
+    q, dout = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=dtype) for _ in range(2))
+    k, v = (torch.randn(batch, seqlen, nheads_k, hdim, device="cuda", dtype=dtype) for _ in range(2))
+    options = dict(options or {})
+    if options.pop("alibi", False):
+        options["alibi_slopes"] = torch.rand(nheads, device="cuda") * 0.3
+    opts = AttnOptions(softmax_scale=hdim ** -0.5, window_left=options.pop("window_left", -1),
+                       window_right=0 if causal else -1, **options)
     out, lse, _ = forward.attention_forward(q, k, v, opts)
+    # full-matrix FLOPs (a window's TFLOP/s are comparable between the kernels, not with other rows)
     flops = 2.5 * 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
-    row = dict(hdim=hdim, causal=causal, seqlen=seqlen, errors={})
+    row = dict(name=name, hdim=hdim, causal=causal, seqlen=seqlen, dtype=str(dtype)[6:], errors={})
     flashattn2.set_backend("triton")
     ref = backward.backward_plan(dout, q, k, v, out, lse, opts)
     ref_grads = ref(dout, q, k, v, out, lse, opts)
     fns = {"triton": lambda: ref(dout, q, k, v, out, lse, opts)}
     flashattn2.set_backend("gluon")
+    saved = dict(bwd_sm90.CONFIGS)
     for name, tuning in VARIANTS.items():
         bwd_sm90.CONFIGS[hdim] = tuning
         backward._plans.clear()
         plan = backward.backward_plan(dout, q, k, v, out, lse, opts)
-        assert plan.gluon_dkdv is not None
+        assert plan.gluon is not None and plan.fused_dq == tuning["FUSED_DQ"]
         grads = plan(dout, q, k, v, out, lse, opts)
         errs = [(g.float() - r.float()).abs().max().item() for g, r in zip(grads, ref_grads, strict=True)]
         row["errors"][name] = errs
@@ -44,7 +57,17 @@ def measure(hdim: int, causal: bool, seqlen: int) -> dict:
             print(f"WRONG {name} d{hdim} causal={causal} s{seqlen}: {errs}", flush=True)
             continue
         fns["gluon-" + name] = (lambda p: lambda: p(dout, q, k, v, out, lse, opts))(plan)
+        if tuning["FUSED_DQ"]:
+            # the kernel alone: without the dQ buffer's zeroing and conversion, and without the preprocess
+            bufs = (torch.randn_like(lse), torch.zeros(q.shape, dtype=torch.float32, device="cuda"),
+                    torch.empty_like(k), torch.empty_like(v))
+            fns["kernel-" + name] = (lambda p, b: lambda: p.gluon(dout, q, k, v, lse, *b, opts))(plan, bufs)
+    bwd_sm90.CONFIGS.clear()
+    bwd_sm90.CONFIGS.update(saved)
+    backward._plans.clear()
     flashattn2.set_backend("auto")
+    # cuDNN on the same shape, with GQA's kv heads repeated (SDPA's cuDNN path takes equal head counts)
+    k, v = (x.repeat_interleave(nheads // nheads_k, dim=2) for x in (k, v))
     qt, kt, vt = (x.transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
@@ -58,12 +81,24 @@ def measure(hdim: int, causal: bool, seqlen: int) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--seqlens", type=int, nargs="+", default=[1024, 4096, 16384])
+    ap.add_argument("--dtypes", nargs="+", default=["bfloat16"])
+    ap.add_argument("--set", nargs="*", default=[], help="KEY=VALUE overrides of every variant's tuning")
+    ap.add_argument("--extra", action="store_true", help="also the options' cells (EXTRA), bf16")
     args = ap.parse_args()
+    for kv in args.set:
+        key, value = kv.split("=")
+        for tuning in VARIANTS.values():
+            tuning[key] = int(value)
     rows = []
-    for causal in (False, True):
-        for seqlen in (1024, 4096, 16384):
-            rows.append(measure(128, causal, seqlen))
-            print(json.dumps(rows[-1]), flush=True)
+    for dtype in args.dtypes:
+        for causal in (False, True):
+            for seqlen in args.seqlens:
+                rows.append(measure(128, causal, seqlen, getattr(torch, dtype)))
+                print(json.dumps(rows[-1]), flush=True)
+    for name, (causal, seqlen, nheads_k, options) in EXTRA.items() if args.extra else ():
+        rows.append(measure(128, causal, seqlen, torch.bfloat16, nheads_k, options, name))
+        print(json.dumps(rows[-1]), flush=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                 date=time.strftime("%Y-%m-%d"))
     with open(f"{args.out}/ab_gluon_bwd.json", "w") as f:

@@ -5,7 +5,7 @@ kernels (FlashAttention-4's `can_implement` pattern).
 - "gluon-sm90": fwd_sm90.py on sm_90 GPUs, for fp16/bf16, head dims 64/128/256, without dropout;
   causal, windows, GQA/MQA, softcap, ALiBi and packed variable-length batches included; and for e4m3
   (FP8) dense batches. For the backward, bwd_sm90.py computes dK and dV (head dim 128, the same
-  options) and the Triton dQ kernel dQ.
+  options) and, in the same kernel, dQ; deterministic calls take dQ from the Triton dQ kernel.
 
 FLASHATTN2_BACKEND (read at import; set_backend() changes it) picks: "auto" (the default: Gluon
 where it can run the call and was measured faster: the forward at head dim 128 without softcap, FP8
@@ -120,7 +120,8 @@ def _gluon_backward():
 
 def backward_backend(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      opts: AttnOptions) -> tuple[str, str | None]:
-    """(backend of the dK/dV kernel, why not Gluon or None); dQ always comes from the Triton dQ kernel."""
+    """(backend of the backward, why not Gluon or None). On Gluon, deterministic calls take their dQ from
+    the Triton dQ kernel."""
     off = _gluon_off()
     if off:
         return "triton", off
@@ -128,9 +129,9 @@ def backward_backend(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     return _decide(sm90, sm90.can_implement(dout, q, k, v, opts), q, opts)
 
 
-def backward_dkdv(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
+def backward_sm90(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lse: torch.Tensor,
                   opts: AttnOptions):
-    """The Gluon dK/dV launch for this backward call, or None where the Triton kernel computes them."""
+    """The Gluon launch for this backward call, or None where the Triton kernels run it."""
     if backward_backend(dout, q, k, v, opts)[0] != "gluon-sm90":
         return None
-    return _bwd_sm90.Sm90DkDv(dout, q, k, v, lse, opts)
+    return _bwd_sm90.Sm90Backward(dout, q, k, v, lse, opts)

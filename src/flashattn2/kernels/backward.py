@@ -31,12 +31,14 @@ from .tma import load_tile, row_tiles, tma_usable
 
 @triton.jit(do_not_specialize=ROW_COUNTS)
 def bwd_preprocess_kernel(
-    Out, dOut, Delta, CuSeqlensQ,
+    Out, dOut, Delta, DqAcc, CuSeqlensQ,
     stride_ob, stride_om, stride_oh, stride_dob, stride_dom, stride_doh, stride_lse_b, stride_lse_h,
-    nheads, seqlen_q, total_q,
+    stride_dqb, stride_dqm, stride_dqh, nheads, seqlen_q, total_q,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_VARLEN: tl.constexpr,
+    ZERO_DQ: tl.constexpr,
 ):
-    """Delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d], the row term of dS = P * (dP - Delta)."""
+    """Delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d], the row term of dS = P * (dP - Delta); with
+    ZERO_DQ also zeroes the same rows of the fp32 dQ buffer that the fused Gluon backward adds into."""
     start_m = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
     off_b = pid_bh // nheads
@@ -56,6 +58,9 @@ def bwd_preprocess_kernel(
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(Delta + off_b * stride_lse_b + off_h * stride_lse_h + q_start + offs_m, delta,
              mask=offs_m < seqlen_q)
+    if ZERO_DQ:
+        store_rows(DqAcc + off_b * stride_dqb + off_h * stride_dqh + rows * stride_dqm + offs_d[None, :],
+                   tl.zeros([BLOCK_M, BLOCK_D], tl.float32), offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D)
 
 
 @triton.jit
@@ -349,9 +354,11 @@ class BackwardPlan:
             return
         block_d = padded_head_dim(head_dim)
         cfg = config or bwd_config(block_d, opts.causal, q.device)
-        # dK and dV from the Hopper Gluon kernel where backends.py picks it; dQ then from the dQ kernel
-        self.gluon_dkdv = None if config is not None else backends.backward_dkdv(dout, q, k, v, lse, opts)
-        self.atomic_dq = atomic_dq = cfg.atomic_dq and not opts.deterministic and self.gluon_dkdv is None
+        # dK and dV from the Hopper Gluon kernel where backends.py picks it; dQ too (fused_dq), except for
+        # deterministic calls, whose dQ comes from the dQ kernel
+        self.gluon = None if config is not None else backends.backward_sm90(dout, q, k, v, lse, opts)
+        self.fused_dq = self.gluon is not None and self.gluon.fused_dq
+        self.atomic_dq = atomic_dq = cfg.atomic_dq and not opts.deterministic and self.gluon is None
         varlen = opts.varlen
         lse_sb, lse_sh = lse_strides(lse, varlen)
         total_q, total_k = q.shape[0], k.shape[0]
@@ -368,9 +375,9 @@ class BackwardPlan:
         pre_block = 64 if not INTERPRET else 32
         self.preprocess = Launch(
             bwd_preprocess_kernel, (cdiv(seqlen_q, pre_block), batch * nheads, 1),
-            (*row_strides(out, varlen), *row_strides(dout, varlen), lse_sb, lse_sh),
+            (*row_strides(out, varlen), *row_strides(dout, varlen), lse_sb, lse_sh, *dq_strides),
             dict(nheads=nheads, seqlen_q=seqlen_q, total_q=total_q, HEAD_DIM=head_dim, BLOCK_D=block_d,
-                 BLOCK_M=pre_block, IS_VARLEN=varlen), 4, 3)
+                 BLOCK_M=pre_block, IS_VARLEN=varlen, ZERO_DQ=self.fused_dq), 4, 3)
         named = dict(nheads=nheads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=total_q, total_k=total_k,
                      softmax_scale=opts.softmax_scale, HEAD_DIM=head_dim, BLOCK_D=block_d, INTERPRET=INTERPRET,
                      USE_TMA=use_tma, **opts.kernel_args())
@@ -382,7 +389,7 @@ class BackwardPlan:
             dict(named, nheads_k=nheads_k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ATOMIC_DQ=atomic_dq,
                  TMA_DQ=tma_dq),
             cfg.num_warps, cfg.num_stages)
-        self.dq = None if atomic_dq else Launch(
+        self.dq = None if atomic_dq or self.fused_dq else Launch(
             attention_bwd_dq_kernel, (cdiv(seqlen_q, cfg.dq_block_m), batch * nheads, 1),
             (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
              *dq_strides, lse_sb, lse_sh),
@@ -395,7 +402,11 @@ class BackwardPlan:
             return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         device = self.device
         delta = common.empty(self.lse_shape, torch.float32, device)
-        self.preprocess(out, dout, delta, opts.cu_seqlens_q)
+        # the fused kernel adds softmax_scale * dQ into an fp32 buffer, tile by tile; the preprocess zeroes
+        # the rows of every sequence (like dq on the other paths, a packed batch's rows past cu_seqlens_q[-1]
+        # are left unwritten)
+        dq_acc = torch.empty(q.shape, dtype=torch.float32, device=device) if self.fused_dq else None
+        self.preprocess(out, dout, delta, delta if dq_acc is None else dq_acc, opts.cu_seqlens_q)
         dk = common.empty(k.shape, k.dtype, device)
         dv = common.empty(v.shape, v.dtype, device)
         # fp32 accumulation buffer for the atomic path; the dQ kernel writes dq directly
@@ -404,8 +415,10 @@ class BackwardPlan:
         pointers = opts.tensors()
         q_src, do_src = (q, dout) if self.q_tiles is None else (row_tiles(q, *self.q_tiles),
                                                                 row_tiles(dout, *self.q_tiles))
-        if self.gluon_dkdv is not None:
-            self.gluon_dkdv(dout, q, k, v, lse, delta, dk, dv, opts)
+        if self.gluon is not None:
+            self.gluon(dout, q, k, v, lse, delta, dq_acc, dk, dv, opts)
+            if self.fused_dq:
+                return dq_acc.to(q.dtype), dk, dv
         else:
             dq_dst = dq if self.dq_tiles is None else row_tiles(dq, *self.dq_tiles)
             self.dkdv(q_src, k, v, do_src, lse, delta, dq_dst, dk, dv, *pointers)

@@ -1,13 +1,18 @@
-"""Hopper (sm_90) dK/dV kernel in Gluon, in FlashAttention-3's structure; dQ comes from the portable
-dQ kernel (backward.py), the separate pass that beat atomics on Hopper in the Triton sweeps.
+"""Hopper (sm_90) backward in Gluon, in FlashAttention-3's structure.
 
 One program per 128-key tile of one (batch, kv head), in three warp partitions:
 - a producer (the default partition) loads the two 64-key halves of K and V once, then streams
-  (Q, dO) tiles of 64 query rows, for every query head of the GQA group, through a ring of STAGES
+  (Q, dO) tiles of BLOCK_M query rows, for every query head of the GQA group, through a ring of STAGES
   shared-memory stages (q_ready / do_ready expect-tx barriers, a count-2 empty barrier);
 - two consumer warpgroups, one per 64-key half, on transposed scores (keys x queries), so that Pᵀ and
   dSᵀ come out of the S and dP matmuls in the accumulator layout and feed the dV += Pᵀ dO and
   dK += dSᵀ Q matmuls from registers. dK and dV stay in registers for the whole program.
+
+FUSED_DQ (FlashAttention-3's five matmuls per tile pair): each consumer also puts its dSᵀ half in
+shared memory (two buffers, a count-2 ds_ready barrier per buffer), and once both halves are there
+computes its half of dQ's columns, dQ[:, cols] = dS K[:, cols] over all 128 keys, and adds it into an
+fp32 dQ buffer with one bulk (TMA) reduce-add per tile. Without it dQ comes from the portable dQ kernel
+(backward.py): the deterministic path, since reduce-adds land in any order.
 """
 
 import torch
@@ -16,11 +21,14 @@ from .block_range import q_range_for_kv_tile
 from .common import LOG2E, cdiv
 from .fwd_sm90 import WG_M, _p_layout, _wgmma_layout, compile_gluon, descriptor, sm90_declines
 from .gluon_api import (
+    fence_async_shared,
     gl,
     gluon,
     mbarrier,
     shared_layout,
     tma_load,
+    tma_reduce_add,
+    tma_store_wait,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -31,22 +39,28 @@ from .scores import transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
 
 BLOCK_N = 2 * 64  # keys per program: two consumer warpgroups
-CONFIGS = {128: dict(BLOCK_M=32, STAGES=3)}
+# head dim -> tuning. FUSED_DQ needs a 64-row query tile (wgmma's M for dQ = dS K); the dK/dV-only
+# kernel (deterministic calls) keeps the 32-row tiles it was measured with (benchmarks/NOTES.md).
+CONFIGS = {128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True)}
+CONFIGS_DKDV = {128: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False)}
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(240)
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, kv_bar, q_ready, do_ready, empty,
-              tma_b, q_row0, k_row, off_hk, group, m_lo, m_hi, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar, q_ready,
+              do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, off_b, seqlen_q, tma_b, q_row0, k_row, off_hk,
+              group, m_lo, m_hi, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
     mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
     tma_load(k_desc, [tma_b, k_row, off_hk, 0], kv_bar, k_smem.index(0))
     tma_load(k_desc, [tma_b, k_row + WG_M, off_hk, 0], kv_bar, k_smem.index(1))
     tma_load(v_desc, [tma_b, k_row, off_hk, 0], kv_bar, v_smem.index(0))
     tma_load(v_desc, [tma_b, k_row + WG_M, off_hk, 0], kv_bar, v_smem.index(1))
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     it = 0
     for g in range(0, group):
         off_h = off_hk * group + g
+        row_off = off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_row0
         for start_m in range(m_lo, m_hi, BLOCK_M):
             stage = it % STAGES
             mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
@@ -54,18 +68,57 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, 
             tma_load(q_desc, [tma_b, q_row0 + start_m, off_h, 0], q_ready.index(stage), q_smem.index(stage))
             mbarrier.expect(do_ready.index(stage), do_desc.block_type.nbytes)
             tma_load(do_desc, [tma_b, q_row0 + start_m, off_h, 0], do_ready.index(stage), do_smem.index(stage))
+            # the tile's rows of lse (log2 units) and Delta, staged here so that the consumers never wait on
+            # global loads; rows past seqlen_q read lse = +inf, which makes their probabilities exactly 0
+            offs = start_m + gl.arange(0, BLOCK_M, layout=flat)
+            lse = gl.load(Lse + row_off + offs, mask=offs < seqlen_q, other=float("inf"))
+            delta = gl.load(Delta + row_off + offs, mask=offs < seqlen_q, other=0.0)
+            lse_smem.index(stage).store(lse * LOG2E)
+            delta_smem.index(stage).store(delta)
+            mbarrier.arrive(do_ready.index(stage), count=1)
             it += 1
 
 
 @gluon.jit
-def _step(it, start_m, dk, dv, k_tile, v_tile, q_smem, do_smem, q_ready, do_ready, empty, lse_base, delta_base,
-          offs_n, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_row, dq_head, softmax_scale,
+             WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr):
+    """This warpgroup's columns of dQ for one query tile, dS K over both key halves, added into the fp32
+    dQ buffer by one bulk reduce-add. dSᵀ of this half goes to buffer it % 2 for both warpgroups: a
+    warpgroup reaches buffer it % 2 again only after waiting for the other's step it + 1, which comes
+    after that one's dQ matmul of step it retired."""
+    DQ_COLS: gl.constexpr = BLOCK_D // 2
+    buf = it % 2
+    ds_smem.index(2 * buf + WG).store(dst16)
+    fence_async_shared()
+    mbarrier.arrive(ds_ready.index(buf), count=1)
+    mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
+    dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, _wgmma_layout(DQ_COLS))
+    for h in gl.static_range(2):
+        k_cols = k_smem.index(h).reshape([WG_M, BLOCK_D]).slice(WG * DQ_COLS, DQ_COLS, dim=1)
+        dq = warpgroup_mma(ds_smem.index(2 * buf + h).permute([1, 0]), k_cols, dq, use_acc=h > 0, is_async=True)
+    dq = warpgroup_mma_wait(0, deps=[dq])
+    # the reduce-add of the last tile must have read the buffer before it is written again
+    tma_store_wait(0)
+    dq_smem.index(WG).store(dq * softmax_scale)
+    fence_async_shared()
+    tma_reduce_add(dq_desc, [tma_b, dq_row, dq_head, WG * DQ_COLS], dq_smem.index(WG).reshape([1, BLOCK_M, 1,
+                                                                                                DQ_COLS]))
+
+
+@gluon.jit
+def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem, q_ready,
+          do_ready, empty, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k, qk_scale,
+          softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
           BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr):
-    """One (Q, dO) tile into this warpgroup's dK, dV: the contract of backward._dkdv_from_q_tiles."""
+          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
+          FUSED_DQ: gl.constexpr):
+    """One (Q, dO) tile into this warpgroup's dK, dV (and its columns of dQ): the contract of
+    backward._dkdv_from_q_tiles."""
     s_layout: gl.constexpr = _wgmma_layout(BLOCK_M)
     stage = it % STAGES
     phase = (it // STAGES) & 1
+    k_tile = k_smem.index(WG).reshape([WG_M, BLOCK_D])
+    v_tile = v_smem.index(WG).reshape([WG_M, BLOCK_D])
     q_tile = q_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
     do_tile = do_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
     mbarrier.wait(q_ready.index(stage), phase)
@@ -75,9 +128,7 @@ def _step(it, start_m, dk, dv, k_tile, v_tile, q_smem, do_smem, q_ready, do_read
     dpt_tok = warpgroup_mma(v_tile, do_tile.permute([1, 0]), gl.zeros([WG_M, BLOCK_M], gl.float32, s_layout),
                             use_acc=False, is_async=True)
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    # rows past seqlen_q read lse = +inf, which makes their probabilities exactly 0
-    lse = gl.load(lse_base + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
-    delta = gl.load(delta_base + offs_m, mask=offs_m < seqlen_q, other=0.0)
+    lse = lse_smem.index(stage).load(gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
     if HAS_SOFTCAP or HAS_ALIBI:
         st, tanht = transformed_scores(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
@@ -90,30 +141,41 @@ def _step(it, start_m, dk, dv, k_tile, v_tile, q_smem, do_smem, q_ready, do_read
                              HAS_LEFT, HAS_RIGHT)
         st = gl.where(visible, st, float("-inf"))
     pt = gl.exp2(st * scale_log2 - lse[None, :])
-    pt_op = gl.convert_layout(pt.to(q_tile.dtype), _p_layout(BLOCK_D))
-    dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
-    dpt = warpgroup_mma_wait(1, deps=[dpt_tok])
+    delta = delta_smem.index(stage).load(gl.SliceLayout(0, s_layout))
+    if FUSED_DQ:
+        # dS before the dV matmul is issued: P's operand copy is not live beside P, dPᵀ and dK, dV (issuing
+        # dV first measured 2-14% slower on the H100, benchmarks/NOTES.md)
+        dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
+        pt_op = gl.convert_layout(pt.to(q_tile.dtype), _p_layout(BLOCK_D))
+        dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
+    else:
+        pt_op = gl.convert_layout(pt.to(q_tile.dtype), _p_layout(BLOCK_D))
+        dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
+        dpt = warpgroup_mma_wait(1, deps=[dpt_tok])
     dst = pt * (dpt - delta[None, :])
     if HAS_SOFTCAP:
         dst = dst * (1.0 - tanht * tanht)
-    dst_op = gl.convert_layout(dst.to(q_tile.dtype), _p_layout(BLOCK_D))
+    dst16 = dst.to(q_tile.dtype)
+    dst_op = gl.convert_layout(dst16, _p_layout(BLOCK_D))
     dk_tok = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
+    if FUSED_DQ:
+        _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_row0 + start_m, off_h,
+                 softmax_scale, WG, BLOCK_M, BLOCK_D)
     dv, dk, pt_op, dst_op = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, pt_op, dst_op])
     mbarrier.arrive(empty.index(stage), count=1)
     return dk, dv
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, kv_bar, q_ready, do_ready, empty, dK, dV, Lse,
-              Delta, AlibiSlopes, stride_dkn, stride_dkh, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
-              stride_alibi_b, off_b, off_hk, group, q_start, k_start, start_n, seqlen_q, seqlen_k, m_lo, m_full_lo,
-              m_full_hi, m_hi, qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out,
-              BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-              HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr):
+def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
+              q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, dK, dV, AlibiSlopes, stride_dkn, stride_dkh,
+              stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start, k_start,
+              start_n, seqlen_q, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale, window_left,
+              window_right, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
+              STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+              HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr):
     o_layout: gl.constexpr = _wgmma_layout(BLOCK_D)
     s_layout: gl.constexpr = _wgmma_layout(BLOCK_M)
-    k_tile = k_smem.index(WG).reshape([WG_M, BLOCK_D])
-    v_tile = v_smem.index(WG).reshape([WG_M, BLOCK_D])
     key0 = start_n + WG * WG_M
     offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
     dk = gl.zeros([WG_M, BLOCK_D], gl.float32, o_layout)
@@ -122,30 +184,34 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, kv_bar, q_ready
     it = 0
     for g in range(0, group):
         off_h = off_hk * group + g
-        row_off = off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_start
         alibi_slope = 0.0
         if HAS_ALIBI:
             alibi_slope = gl.load(AlibiSlopes + off_b.to(gl.int64) * stride_alibi_b + off_h) * LOG2E
         # query tiles the diagonal (window's right edge) or a sequence end crosses, tiles that see the
         # whole key tile, then tiles cut by the window's left edge
         for start_m in range(m_lo, m_full_lo, BLOCK_M):
-            dk, dv = _step(it, start_m, dk, dv, k_tile, v_tile, q_smem, do_smem, q_ready, do_ready, empty,
-                           Lse + row_off, Delta + row_off, offs_n, seqlen_q, seqlen_k, qk_scale, window_left,
-                           window_right, softcap_in2, softcap_out, alibi_slope, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
-                           HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True)
+            dk, dv = _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem,
+                           delta_smem, q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, q_start, off_h, offs_n,
+                           seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right, softcap_in2,
+                           softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                           HAS_ALIBI, True, FUSED_DQ)
             it += 1
         for start_m in range(m_full_lo, m_full_hi, BLOCK_M):
-            dk, dv = _step(it, start_m, dk, dv, k_tile, v_tile, q_smem, do_smem, q_ready, do_ready, empty,
-                           Lse + row_off, Delta + row_off, offs_n, seqlen_q, seqlen_k, qk_scale, window_left,
-                           window_right, softcap_in2, softcap_out, alibi_slope, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
-                           HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False)
+            dk, dv = _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem,
+                           delta_smem, q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, q_start, off_h, offs_n,
+                           seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right, softcap_in2,
+                           softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                           HAS_ALIBI, False, FUSED_DQ)
             it += 1
         for start_m in range(m_full_hi, m_hi, BLOCK_M):
-            dk, dv = _step(it, start_m, dk, dv, k_tile, v_tile, q_smem, do_smem, q_ready, do_ready, empty,
-                           Lse + row_off, Delta + row_off, offs_n, seqlen_q, seqlen_k, qk_scale, window_left,
-                           window_right, softcap_in2, softcap_out, alibi_slope, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
-                           HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True)
+            dk, dv = _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem,
+                           delta_smem, q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, q_start, off_h, offs_n,
+                           seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right, softcap_in2,
+                           softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                           HAS_ALIBI, True, FUSED_DQ)
             it += 1
+    if FUSED_DQ:
+        tma_store_wait(0)  # the last reduce-add reads dq_smem until it completes
     # dK = scale * dSᵀ Q: the softmax scale is applied once, here
     rows = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, o_layout))
     cols = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, o_layout))
@@ -158,16 +224,17 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, kv_bar, q_ready
 
 
 @gluon.jit(do_not_specialize=ROW_COUNTS)
-def attention_bwd_dkdv_sm90_kernel(
-    q_desc, k_desc, v_desc, do_desc, Lse, Delta, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
+def attention_bwd_sm90_kernel(
+    q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
     stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
     stride_alibi_b, nheads, nheads_k, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left,
     window_right, softcap_in2, softcap_out,
     BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-    IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+    IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
 ):
     """dK and dV for one 128-key tile of one kv head, summed over its query heads (GQA): the contract of
-    backward.attention_bwd_dkdv_kernel without dropout and without dQ. Descriptors as in fwd_sm90."""
+    backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also this tile's part of dQ, added
+    into dq_desc's fp32 buffer (pre-scaled by softmax_scale). Descriptors as in fwd_sm90."""
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
     start_n = gl.program_id(0) * (2 * WG_M)
@@ -192,29 +259,48 @@ def attention_bwd_dkdv_sm90_kernel(
     v_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], do_desc.layout)
+    if FUSED_DQ:
+        # dSᵀ halves, two buffers x two warpgroups; each warpgroup's dQ columns for its reduce-add
+        ds_smem = gl.allocate_shared_memory(dtype, [4, WG_M, BLOCK_M],
+                                            gl.NVMMASharedLayout.get_default_for([WG_M, BLOCK_M], dtype))
+        dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, BLOCK_D // 2],
+                                            gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_D // 2],
+                                                                                 gl.float32))
+    else:
+        ds_smem = q_smem
+        dq_smem = q_smem
+    rows_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_layout)
+    delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)
-        mbarrier.init(do_ready.index(i), count=1)
+        mbarrier.init(do_ready.index(i), count=2)  # dO's bytes, and the producer's lse and Delta rows
         mbarrier.init(empty.index(i), count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(ds_ready.index(i), count=2)
 
     gl.warp_specialize([
-        (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, kv_bar, q_ready, do_ready,
-                     empty, tma_b, q_start, k_start + start_n, off_hk, group, m_lo, m_hi, BLOCK_M, STAGES)),
-        (_consumer, (0, k_smem, v_smem, q_smem, do_smem, kv_bar, q_ready, do_ready, empty, dk_base, dv_base, Lse,
-                     Delta, AlibiSlopes, stride_dkn, stride_dkh, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
-                     stride_alibi_b, off_b, off_hk, group, q_start, k_start, start_n, seqlen_q, seqlen_k, m_lo,
-                     m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale, window_left, window_right, softcap_in2,
-                     softcap_out, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI)),
-        (_consumer, (1, k_smem, v_smem, q_smem, do_smem, kv_bar, q_ready, do_ready, empty, dk_base, dv_base, Lse,
-                     Delta, AlibiSlopes, stride_dkn, stride_dkh, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
-                     stride_alibi_b, off_b, off_hk, group, q_start, k_start, start_n, seqlen_q, seqlen_k, m_lo,
-                     m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale, window_left, window_right, softcap_in2,
-                     softcap_out, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI)),
+        (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
+                     q_ready, do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, off_b, seqlen_q, tma_b, q_start,
+                     k_start + start_n, off_hk, group, m_lo, m_hi, BLOCK_M, STAGES)),
+        (_consumer, (0, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar, q_ready,
+                     do_ready, empty, ds_ready, dq_desc, tma_b, dk_base, dv_base, AlibiSlopes, stride_dkn, stride_dkh,
+                     stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start, k_start,
+                     start_n, seqlen_q, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale,
+                     window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
+                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ)),
+        (_consumer, (1, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar, q_ready,
+                     do_ready, empty, ds_ready, dq_desc, tma_b, dk_base, dv_base, AlibiSlopes, stride_dkn, stride_dkh,
+                     stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start, k_start,
+                     start_n, seqlen_q, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale,
+                     window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
+                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(kv_bar)
@@ -222,6 +308,13 @@ def attention_bwd_dkdv_sm90_kernel(
         mbarrier.invalidate(q_ready.index(i))
         mbarrier.invalidate(do_ready.index(i))
         mbarrier.invalidate(empty.index(i))
+    for i in gl.static_range(2):
+        mbarrier.invalidate(ds_ready.index(i))
+
+
+def tuning_for(head_dim: int, opts: AttnOptions) -> dict:
+    """The kernel's tuning for a call: deterministic calls take the dK/dV-only kernel and the dQ pass."""
+    return (CONFIGS_DKDV if opts.deterministic else CONFIGS)[head_dim]
 
 
 def can_implement(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -236,42 +329,56 @@ def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     return "the Triton dK/dV kernel is as fast (FLASHATTN2_BACKEND=gluon takes this one)"
 
 
-class Sm90DkDv:
-    """The dK/dV launch of a backward plan (backward.py) on the Gluon kernel."""
+class Sm90Backward:
+    """The Gluon launch of a backward plan (backward.py): dK and dV, and with `fused_dq` dQ as well (into
+    an fp32 buffer the plan zeroes and converts); else the plan's dQ kernel computes dQ."""
 
-    def __init__(self, dout, q, k, v, lse, opts: AttnOptions) -> None:
+    def __init__(self, dout, q, k, v, lse, opts: AttnOptions, tuning: dict | None = None) -> None:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
-        tuning = CONFIGS[head_dim]
+        tuning = tuning or tuning_for(head_dim, opts)
+        self.fused_dq = tuning["FUSED_DQ"]
         self.varlen = opts.varlen
         self.q_block = [1, tuning["BLOCK_M"], 1, head_dim]
         self.kv_block = [1, int(WG_M), 1, head_dim]
+        self.dq_block = [1, tuning["BLOCK_M"], 1, head_dim // 2]
         self.q_layout = shared_layout(self.q_block, q.dtype)
         self.kv_layout = shared_layout(self.kv_block, q.dtype)
+        self.dq_layout = shared_layout(self.dq_block, torch.float32)
         lse_sb, lse_sh = lse_strides(lse, opts.varlen)
         grads = [row_strides(torch.empty(x.shape, device="meta"), opts.varlen) for x in (k, v)]
         named = dict(nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
                      total_k=k.shape[0], softmax_scale=opts.softmax_scale, **opts.kernel_args(), **tuning)
         del named["dropout_p"], named["HAS_DROPOUT"]
-        self.launch = Launch(attention_bwd_dkdv_sm90_kernel, (cdiv(seqlen_k, BLOCK_N), batch * nheads_k, 1),
+        self.launch = Launch(attention_bwd_sm90_kernel, (cdiv(seqlen_k, BLOCK_N), batch * nheads_k, 1),
                              (*grads[0], *grads[1], lse_sb, lse_sh), named, num_warps=4, num_stages=1,
                              options=dict(maxnreg=MAXNREG))
 
-    def __call__(self, dout, q, k, v, lse, delta, dk, dv, opts: AttnOptions) -> None:
+    def __call__(self, dout, q, k, v, lse, delta, dq_acc, dk, dv, opts: AttnOptions) -> None:
+        """dq_acc: with fused_dq, a zeroed fp32 tensor shaped like q that receives softmax_scale * dQ."""
         cu_q, cu_k, alibi, _ = opts.tensors()
         varlen = self.varlen
-        self.launch(descriptor(q, self.q_block, self.q_layout, varlen),
-                    descriptor(k, self.kv_block, self.kv_layout, varlen),
+        q_desc = descriptor(q, self.q_block, self.q_layout, varlen)
+        dq_desc = descriptor(dq_acc, self.dq_block, self.dq_layout, varlen) if self.fused_dq else q_desc
+        self.launch(q_desc, descriptor(k, self.kv_block, self.kv_layout, varlen),
                     descriptor(v, self.kv_block, self.kv_layout, varlen),
-                    descriptor(dout, self.q_block, self.q_layout, varlen), lse, delta, dk, dv, cu_q, cu_k, alibi)
+                    descriptor(dout, self.q_block, self.q_layout, varlen), dq_desc, lse, delta, dk, dv, cu_q, cu_k,
+                    alibi)
 
 
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
-    """fwd_sm90.compile_for_sm90 for this kernel."""
-    block_m = CONFIGS[head_dim]["BLOCK_M"]
-    constants = dict(CONFIGS[head_dim], HAS_LEFT=False, HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False,
-                     HAS_ALIBI=False)
+    """fwd_sm90.compile_for_sm90 for this kernel; FUSED_DQ=False compiles the deterministic dK/dV-only one."""
+    fused = flags.get("FUSED_DQ", True)
+    constants = dict((CONFIGS if fused else CONFIGS_DKDV)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
+                     IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False)
     constants.update(flags)
+    block_m = constants["BLOCK_M"]
     types = dict(Lse="*fp32", Delta="*fp32", dK="*DTYPE", dV="*DTYPE", CuSeqlensQ="*i32", CuSeqlensK="*i32",
                  AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
-    return compile_gluon(attention_bwd_dkdv_sm90_kernel, dtype, head_dim,
-                         dict(q_desc=block_m, k_desc=64, v_desc=64, do_desc=block_m), types, constants, MAXNREG)
+    descriptors = dict(q_desc=block_m, k_desc=64, v_desc=64, do_desc=block_m)
+    if fused:
+        dq_block = [1, block_m, 1, head_dim // 2]
+        layout = shared_layout(dq_block, torch.float32)
+        types["dq_desc"] = f"tensordesc<fp32[{','.join(map(str, dq_block))}],{layout!r}>"
+    else:
+        descriptors["dq_desc"] = block_m
+    return compile_gluon(attention_bwd_sm90_kernel, dtype, head_dim, descriptors, types, constants, MAXNREG)

@@ -30,13 +30,26 @@ if AVAILABLE:
     tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_shared_to_global
     tma_store_wait = tma.store_wait
     NVMMASharedLayout = gl.NVMMASharedLayout
+    if hasattr(tma, "async_atomic_add"):  # 3.8+
+        tma_reduce_add = tma.async_atomic_add
+    else:
+        from triton._C.libtriton import ir as _ir
+        from triton.experimental.gluon.language._core import builtin as _builtin
+
+        @_builtin
+        def tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+            """3.6/3.7 export no bulk reduce, but their builder makes one: what 3.8's tma.async_atomic_add does."""
+            coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+            _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
+                                                      src.handle)
 else:
-    tma_load = tma_store = tma_store_wait = NVMMASharedLayout = None
+    tma_load = tma_store = tma_store_wait = tma_reduce_add = NVMMASharedLayout = None
 
 
 def shared_layout(block_shape: list[int], torch_dtype):
     """The swizzled shared-memory layout TMA and wgmma both read, for a tile of that shape and dtype."""
     import torch
 
-    dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}[torch_dtype]
+    dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv,
+             torch.float32: gl.float32}[torch_dtype]
     return NVMMASharedLayout.get_default_for(block_shape, dtype)
