@@ -111,7 +111,7 @@ def test_backend_choice_off_hopper_and_override():
         flashattn2.set_backend("auto")  # the suite may run with the backend forced through the environment
         choice = attention_backend(q, q, q, causal=True)
         assert (choice.forward == "gluon-sm90") == on_hopper, choice.reason
-        assert choice.backward == "triton", "auto keeps the backward on Triton (measured as fast)"
+        assert (choice.backward == "gluon-sm90") == on_hopper, choice.reason
         flashattn2.set_backend("triton")
         assert attention_backend(q, q, q) == ("triton", "triton", "forward: FLASHATTN2_BACKEND=triton; "
                                               "backward: FLASHATTN2_BACKEND=triton")
@@ -197,7 +197,7 @@ def test_calls_gluon_cannot_run_fall_back_with_a_reason(gluon_backend):
     assert attention_backend(long8, long8, long8, causal=True)[0] == "gluon-sm90"
     q256 = randn(1, 64, 2, 256, dtype=torch.bfloat16)
     assert attention_backend(q256, q256, q256)[0] == "gluon-sm90"
-    assert attention_backend(q, q, q)[:2] == ("gluon-sm90", "triton")
+    assert attention_backend(q, q, q)[:2] == ("gluon-sm90", "gluon-sm90")
     assert attention_backend(q, q, q, softcap=30.0)[0] == "triton"
 
 

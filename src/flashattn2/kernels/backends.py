@@ -8,8 +8,8 @@ kernels (FlashAttention-4's `can_implement` pattern).
   options) and, in the same kernel, dQ; deterministic calls take dQ from the Triton dQ kernel.
 
 FLASHATTN2_BACKEND (read at import; set_backend() changes it) picks: "auto" (the default: Gluon
-where it can run the call and was measured faster: the forward at head dim 128 without softcap, FP8
-at head dims 64/128/256 without softcap; no backward yet), "gluon" (Gluon
+where it can run the call and was measured faster: the forward at head dims 128/256 without softcap, FP8
+at head dims 64/128/256 without softcap, the backward at head dim 128), "gluon" (Gluon
 wherever it can run the call) or "triton" (never Gluon: the way out for a user who hits a problem
 in the Gluon kernels). Calls that Gluon cannot run always take
 the Triton kernels; forward_backend() says which a call takes and why. Both forwards write the same

@@ -324,9 +324,10 @@ def can_implement(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
-    """Why "auto" keeps a call this kernel can run on the Triton dK/dV kernel."""
-    # measured level with the Triton backward from 4k up and 8-12% slower at 1k (NOTES.md)
-    return "the Triton dK/dV kernel is as fast (FLASHATTN2_BACKEND=gluon takes this one)"
+    """Why "auto" keeps a call this kernel can run on the Triton kernels: never. Measured faster than the
+    Triton backward on every head-dim-128 cell (1k-16k tokens, causal or not, bf16 and fp16, softcap, ALiBi,
+    a 4k window, packed documents; H100, 2026-11-24, benchmarks/NOTES.md)."""
+    return None
 
 
 class Sm90Backward:
