@@ -128,7 +128,6 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
     dpt_tok = warpgroup_mma(v_tile, do_tile.permute([1, 0]), gl.zeros([WG_M, BLOCK_M], gl.float32, s_layout),
                             use_acc=False, is_async=True)
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    lse = lse_smem.index(stage).load(gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
     if HAS_SOFTCAP or HAS_ALIBI:
         st, tanht = transformed_scores(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
@@ -137,9 +136,18 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
     else:
         scale_log2 = qk_scale
     if MASKED:
-        visible = score_mask(offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, window_left, window_right,
-                             HAS_LEFT, HAS_RIGHT)
+        # score_mask's test in key - query offsets: one broadcast subtraction, the rest against scalars
+        rel = offs_n[:, None] - offs_m[None, :]
+        diag = seqlen_k - seqlen_q
+        key_ok = offs_n < seqlen_k
+        visible = key_ok[:, None]
+        if HAS_RIGHT:
+            visible = visible & (rel <= diag + window_right)
+        if HAS_LEFT:
+            visible = visible & (rel >= diag - window_left)
         st = gl.where(visible, st, float("-inf"))
+    # read from shared memory here, where it is used: loaded earlier it was spilled across the mask arithmetic
+    lse = lse_smem.index(stage).load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st * scale_log2 - lse[None, :])
     delta = delta_smem.index(stage).load(gl.SliceLayout(0, s_layout))
     if FUSED_DQ:
