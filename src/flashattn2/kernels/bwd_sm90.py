@@ -33,7 +33,7 @@ from .gluon_api import (
     warpgroup_mma_wait,
 )
 from .launch import Launch
-from .mask import score_mask
+from .mask import score_mask_rel
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
 from .scores import transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
@@ -136,15 +136,8 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
     else:
         scale_log2 = qk_scale
     if MASKED:
-        # score_mask's test in key - query offsets: one broadcast subtraction, the rest against scalars
-        rel = offs_n[:, None] - offs_m[None, :]
-        diag = seqlen_k - seqlen_q
-        key_ok = offs_n < seqlen_k
-        visible = key_ok[:, None]
-        if HAS_RIGHT:
-            visible = visible & (rel <= diag + window_right)
-        if HAS_LEFT:
-            visible = visible & (rel >= diag - window_left)
+        visible = score_mask_rel(offs_n[:, None], offs_m[None, :], seqlen_q, seqlen_k, window_left, window_right,
+                                 HAS_LEFT, HAS_RIGHT)
         st = gl.where(visible, st, float("-inf"))
     # read from shared memory here, where it is used: loaded earlier it was spilled across the mask arithmetic
     lse = lse_smem.index(stage).load(gl.SliceLayout(0, s_layout))

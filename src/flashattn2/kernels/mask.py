@@ -20,3 +20,19 @@ def score_mask(q_idx, k_idx, seqlen_q, seqlen_k, window_left, window_right,
     if HAS_LEFT:
         mask = mask & (k_idx >= diag - window_left)
     return mask
+
+
+@triton.jit
+def score_mask_rel(k_idx, q_idx, seqlen_q, seqlen_k, window_left, window_right,
+                   HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """score_mask for a keys x queries tile (k_idx[:, None] with q_idx[None, :]), tested on the offset
+    key - query against scalars: the Gluon backward's form, where score_mask's loop-invariant broadcasts
+    were hoisted out of the query loop and spilled (benchmarks/NOTES.md)."""
+    rel = k_idx - q_idx
+    diag = seqlen_k - seqlen_q
+    mask = k_idx < seqlen_k
+    if HAS_RIGHT:
+        mask = mask & (rel <= diag + window_right)
+    if HAS_LEFT:
+        mask = mask & (rel >= diag - window_left)
+    return mask
