@@ -18,6 +18,10 @@ from flashattn2.kernels.params import AttnOptions
 
 VARIANTS = {"dkdv-m32-s3": dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False),
             "fused-m64-s2": dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True)}
+# --variants NAME...: more tunings to try (a 64-row tile's ring fits more stages at head dim 64)
+MORE = {"fused-m64-s3": dict(BLOCK_M=64, STAGES=3, FUSED_DQ=True),
+        "fused-m64-s4": dict(BLOCK_M=64, STAGES=4, FUSED_DQ=True),
+        "fused-m128-s2": dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True)}
 # --extra: the options' cells (bf16 d128, 4k tokens unless named), name -> (causal, seqlen, kv heads, options)
 EXTRA = {"softcap": (True, 4096, 16, dict(softcap=30.0)), "alibi": (True, 4096, 16, dict(alibi=True)),
          "gqa-8": (True, 4096, 2, {}), "window-512": (True, 16384, 16, dict(window_left=511))}
@@ -85,19 +89,22 @@ def main():
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16"])
     ap.add_argument("--set", nargs="*", default=[], help="KEY=VALUE overrides of every variant's tuning")
     ap.add_argument("--extra", action="store_true", help="also the options' cells (EXTRA), bf16")
+    ap.add_argument("--hdim", type=int, default=128)
+    ap.add_argument("--variants", nargs="*", default=[], choices=sorted(MORE))
     args = ap.parse_args()
     for kv in args.set:
         key, value = kv.split("=")
         for tuning in VARIANTS.values():
             tuning[key] = int(value)
+    VARIANTS.update({name: MORE[name] for name in args.variants})
     rows = []
     for dtype in args.dtypes:
         for causal in (False, True):
             for seqlen in args.seqlens:
-                rows.append(measure(128, causal, seqlen, getattr(torch, dtype)))
+                rows.append(measure(args.hdim, causal, seqlen, getattr(torch, dtype)))
                 print(json.dumps(rows[-1]), flush=True)
     for name, (causal, seqlen, nheads_k, options) in EXTRA.items() if args.extra else ():
-        rows.append(measure(128, causal, seqlen, torch.bfloat16, nheads_k, options, name))
+        rows.append(measure(args.hdim, causal, seqlen, torch.bfloat16, nheads_k, options, name))
         print(json.dumps(rows[-1]), flush=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                 date=time.strftime("%Y-%m-%d"))

@@ -42,8 +42,9 @@ VARIANTS = [
     (128, torch.bfloat16, {"BWD": True, "HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True,
                            "MAY_SPILL": True}),
     (128, torch.bfloat16, {"BWD": True, "FUSED_DQ=0": True}),
-    (128, torch.float16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True, "IS_VARLEN": True,
-                          "MAY_SPILL": True}),
+    (64, torch.bfloat16, {"BWD": True, "MAY_SPILL": True}),
+    (64, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True, "FUSED_DQ=0": True}),
+    (128, torch.float16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
     # the FP8 forward (IS_FP8: e4m3 inputs, P through shared memory)
     (128, torch.float8_e4m3fn, {}),
     (64, torch.float8_e4m3fn, {"HAS_RIGHT": True, "REVERSE_M": True}),
@@ -180,7 +181,7 @@ def test_calls_gluon_cannot_run_fall_back_with_a_reason(gluon_backend):
     q96 = randn(1, 64, 2, 96, dtype=torch.bfloat16)
     assert attention_backend(q96, q96, q96).reason == (
         "forward: head dim 96 (the Gluon kernel has [64, 128, 256]); "
-        "backward: head dim 96 (the Gluon backward has [128])")
+        "backward: head dim 96 (the Gluon backward has [64, 128])")
     odd = randn(1, 64, 3, 129, dtype=torch.bfloat16)[..., :128]  # row strides not 16-byte aligned
     assert "TMA" in attention_backend(odd, odd, odd).reason
     q64 = randn(1, 64, 2, 64, dtype=torch.bfloat16)
@@ -371,11 +372,12 @@ BWD_STRESS = [
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("deterministic", [False, True], ids=["fused-dq", "deterministic"])
+@pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", BWD_STRESS, ids=lambda s: "x".join(map(str, s[:5])) + "-" + "-".join(s[5]))
-def test_gluon_backward_stress(dtype, shape, deterministic, gluon_backend):
+def test_gluon_backward_stress(dtype, head_dim, shape, deterministic, gluon_backend):
     batch, seqlen_q, seqlen_k, nheads, nheads_k, options = shape
-    q, k, v, options = _stress_case(batch, seqlen_q, seqlen_k, nheads, nheads_k, 128, options, dtype=dtype,
+    q, k, v, options = _stress_case(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, options, dtype=dtype,
                                     requires_grad=True)
     assert attention_backend(q, k, v, **options).backward == "gluon-sm90"
     out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, deterministic=deterministic, **options)

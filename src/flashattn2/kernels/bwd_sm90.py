@@ -39,10 +39,10 @@ from .scores import transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
 
 BLOCK_N = 2 * 64  # keys per program: two consumer warpgroups
-# head dim -> tuning. FUSED_DQ needs a 64-row query tile (wgmma's M for dQ = dS K); the dK/dV-only
-# kernel (deterministic calls) keeps the 32-row tiles it was measured with (benchmarks/NOTES.md).
-CONFIGS = {128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True)}
-CONFIGS_DKDV = {128: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False)}
+# head dim -> tuning, measured on the H100 (benchmarks/NOTES.md). FUSED_DQ needs query tiles of 64 rows or
+# more (wgmma's M for dQ = dS K); the dK/dV-only kernel (deterministic calls) keeps 32-row tiles.
+CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True), 128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True)}
+CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False), 128: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False)}
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(240)
 
@@ -324,10 +324,20 @@ def can_implement(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     return sm90_declines(q, CONFIGS, "backward", opts.dropout_p > 0.0, k, v, dout)
 
 
+# where "auto" takes this kernel: with dQ fused it measured faster than the Triton backward on every cell (head
+# dims 64 and 128, 1k-16k tokens, causal or not; at 128 also fp16, softcap, ALiBi, a 4k window, packed
+# documents; H100, 2026-11-24, benchmarks/NOTES.md)
+AUTO_HEAD_DIMS = (64, 128)
+
+
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
-    """Why "auto" keeps a call this kernel can run on the Triton kernels: never. Measured faster than the
-    Triton backward on every head-dim-128 cell (1k-16k tokens, causal or not, bf16 and fp16, softcap, ALiBi,
-    a 4k window, packed documents; H100, 2026-11-24, benchmarks/NOTES.md)."""
+    """Why "auto" keeps a call this kernel can run on the Triton kernels."""
+    if q.shape[-1] not in AUTO_HEAD_DIMS:
+        return f"head dim {q.shape[-1]}: not measured faster than the Triton backward (FLASHATTN2_BACKEND=gluon)"
+    if opts.deterministic:
+        # the dK/dV-only kernel with the Triton dQ pass: 0.93-0.96x the Triton backward at head dim 64, 0.95-1.04x
+        # at 128 (H100)
+        return "deterministic: the Triton backward is as fast (FLASHATTN2_BACKEND=gluon takes this one)"
     return None
 
 
