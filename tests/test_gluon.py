@@ -112,6 +112,8 @@ def test_backend_choice_off_hopper_and_override():
         flashattn2.set_backend("auto")  # the suite may run with the backend forced through the environment
         choice = attention_backend(q, q, q, causal=True)
         assert (choice.forward == "gluon-sm90") == on_hopper, choice.reason
+        assert choice.backward == "triton", "a short causal backward stays on Triton (bwd_sm90.AUTO_CAUSAL_MIN_ROWS)"
+        choice = attention_backend(q, q, q)
         assert (choice.backward == "gluon-sm90") == on_hopper, choice.reason
         flashattn2.set_backend("triton")
         assert attention_backend(q, q, q) == ("triton", "triton", "forward: FLASHATTN2_BACKEND=triton; "
@@ -152,6 +154,26 @@ def test_auto_and_default_tiles_per_head_dim():
     assert default_tuning(128, True, causal)["BLOCK_N"] == default_tuning(128, True, local)["BLOCK_N"] == 128
     assert default_tuning(128, True, causal)["PERSISTENT"] == CONFIGS_FP8[128]["PERSISTENT"]
     assert default_tuning(256, True, causal) == CONFIGS_FP8[256]
+
+
+def test_auto_backward_per_head_dim_length_and_determinism():
+    # host-side, so it runs anywhere: the Gluon backward at head dims 64 and 128 (H100 A/B in benchmarks/NOTES.md),
+    # except causal calls shorter than AUTO_CAUSAL_MIN_ROWS query rows and deterministic calls
+    from flashattn2.kernels.bwd_sm90 import AUTO_CAUSAL_MIN_ROWS, auto_declines
+    from flashattn2.kernels.params import AttnOptions
+
+    full, causal = AttnOptions(softmax_scale=1.0), AttnOptions(softmax_scale=1.0, window_right=0)
+    for head_dim, declined in ((64, False), (128, False), (256, True)):
+        assert (auto_declines(torch.empty(1, 4096, 1, head_dim), full) is not None) == declined
+    assert auto_declines(torch.empty(1, AUTO_CAUSAL_MIN_ROWS, 1, 128), causal) is None
+    assert "right window edge" in auto_declines(torch.empty(1, AUTO_CAUSAL_MIN_ROWS - 1, 1, 128), causal)
+    assert auto_declines(torch.empty(1, 256, 1, 64), full) is None
+    cu = torch.tensor([0, 300, 600], dtype=torch.int32)
+    packed = AttnOptions(softmax_scale=1.0, window_right=0, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=300,
+                         max_seqlen_k=300)
+    assert "300 query rows" in auto_declines(torch.empty(600, 1, 128), packed)
+    deterministic = AttnOptions(softmax_scale=1.0, deterministic=True)
+    assert "deterministic" in auto_declines(torch.empty(1, 4096, 1, 128), deterministic)
 
 
 hopper = pytest.mark.skipif(not (ON_GPU and torch.cuda.get_device_capability() == (9, 0)),

@@ -328,12 +328,18 @@ def can_implement(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 # dims 64 and 128, 1k-16k tokens, causal or not; at 128 also fp16, softcap, ALiBi, a 4k window, packed
 # documents; H100, 2026-11-24, benchmarks/NOTES.md)
 AUTO_HEAD_DIMS = (64, 128)
+# except calls with a right window edge (causal) and fewer query rows than this: at 512 the Triton backward
+# was 1.02-1.03x faster (its programs hold few query tiles, so this kernel's pipeline fill shows)
+AUTO_CAUSAL_MIN_ROWS = 1024
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     """Why "auto" keeps a call this kernel can run on the Triton kernels."""
     if q.shape[-1] not in AUTO_HEAD_DIMS:
         return f"head dim {q.shape[-1]}: not measured faster than the Triton backward (FLASHATTN2_BACKEND=gluon)"
+    rows = opts.max_seqlen_q if opts.varlen else q.shape[1]
+    if opts.window_right >= 0 and rows < AUTO_CAUSAL_MIN_ROWS:
+        return f"a right window edge with {rows} query rows: the Triton backward is faster"
     if opts.deterministic:
         # the dK/dV-only kernel with the Triton dQ pass: 0.93-0.96x the Triton backward at head dim 64, 0.95-1.04x
         # at 128 (H100)
