@@ -1,8 +1,9 @@
-"""Triton's concurrency sanitizer (ConSan) over the Gluon forward and dK/dV kernels on a few shapes: it
+"""Triton's concurrency sanitizer (ConSan) over the Gluon forward and backward kernels on a few shapes: it
 instruments every shared-memory access, barrier and async copy and stops the kernel on a race or a barrier misuse.
-Run on an sm_90 GPU: python scripts/consan_gluon.py"""
+Run on an sm_90 GPU: python scripts/consan_gluon.py [bwd] (bwd: the backward alone, its forward on Triton)"""
 
 import os
+import sys
 
 os.environ["TRITON_INSTRUMENTATION_MODE"] = "consan"  # read when a kernel compiles
 
@@ -25,6 +26,34 @@ SHAPES = [
     (1, 256, 160, 128, False),  # 320 short work items: each program loops over two or three
     (1, 257, 2, 256, True),
 ]
+
+# the backward with dQ fused (both head dims, GQA, a cut last tile) and the deterministic dK/dV-only kernel
+BWD_SHAPES = [
+    # batch, seqlen, heads, kv heads, head_dim, causal, deterministic
+    (1, 200, 4, 2, 128, True, False),
+    (2, 130, 2, 2, 64, False, False),
+    (1, 200, 2, 2, 128, True, True),
+]
+
+if sys.argv[1:] == ["bwd"]:
+    for batch, seqlen, heads, heads_k, head_dim, causal, deterministic in BWD_SHAPES:
+        torch.manual_seed(0)
+        q = torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k, v = (torch.randn(batch, seqlen, heads_k, head_dim, device="cuda", dtype=torch.bfloat16,
+                            requires_grad=True) for _ in range(2))
+        dout = torch.randn_like(q)
+        grads = {}
+        for backend in ("gluon", "triton"):
+            flashattn2.set_backend("triton")  # the forward uninstrumented; the backward's kernels chosen below
+            out = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+            flashattn2.set_backend(backend)
+            grads[backend] = torch.autograd.grad(out, (q, k, v), dout)
+            torch.cuda.synchronize()
+        err = max((a.float() - b.float()).abs().max().item()
+                  for a, b in zip(grads["gluon"], grads["triton"], strict=True))
+        print(f"consan clean (backward): b{batch} s{seqlen} h{heads}/{heads_k} d{head_dim} causal={causal} "
+              f"deterministic={deterministic}, max |gluon - triton| {err:.2e}", flush=True)
+    sys.exit(0)
 
 for batch, seqlen, heads, head_dim, causal in SHAPES:
     torch.manual_seed(0)
