@@ -22,3 +22,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Why tests were skipped, by reason and count (pytest -q shows the total alone)."""
+    from collections import Counter
+
+    reasons = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        # longrepr of a skip: (file, line, "Skipped: reason")
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.write_line("skipped: " + "; ".join(f"{n} {why}" for why, n in reasons.most_common()))

@@ -1,13 +1,14 @@
-"""The main job: check the kernels against the float64 reference on a few shapes, then print a speed
-table against PyTorch's attention.
+"""The main job: check the kernels against the float64 reference on a few shapes, then, on a CUDA GPU,
+print a speed table against PyTorch's attention.
 
-    python -m flashattn2
+    python -m flashattn2 [--help]
 
 On a CUDA GPU the table compares against SDPA's FLASH_ATTENTION, CUDNN_ATTENTION and
-EFFICIENT_ATTENTION backends and plain PyTorch. Without one it runs small shapes through the Triton
-interpreter on the CPU and says so: those timings measure the interpreter, not a GPU.
+EFFICIENT_ATTENTION backends and plain PyTorch. Without one it checks small shapes through the Triton
+interpreter on the CPU, says so, and prints no timings (they would measure the interpreter).
 """
 
+import argparse
 import os
 import sys
 
@@ -71,30 +72,38 @@ def run_checks(device: str) -> bool:
     return all_ok
 
 
-def run_speed_table(device: str) -> None:
-    from flashattn2.bench import Shape, make_shapes, markdown_table, run_suite
+def run_speed_table() -> None:
+    from flashattn2.bench import make_shapes, markdown_table, run_suite
 
-    if device == "cuda":
-        print(f"\nspeed on {torch.cuda.get_device_name()} (TFLOP/s, bf16, 16k tokens, hidden 2048; "
-              "the full benchmark is python -m flashattn2.bench):")
-        shapes = make_shapes(seqlens=[1024, 4096], hdims=[64, 128], dtypes=["bf16"])
-        rows = run_suite(shapes, ["fwd", "bwd"], None, "cuda", warmup_ms=10, rep_ms=40)
-    else:
-        print("\nno CUDA GPU: the kernels ran through the Triton interpreter on the CPU "
-              "(TRITON_INTERPRET=1).\nThe timings below measure that interpreter on tiny shapes and say "
-              "nothing about GPU speed.")
-        shapes = [Shape(1, 128, 2, 64, causal, "bf16") for causal in (False, True)]
-        rows = run_suite(shapes, ["fwd", "bwd"], None, "cpu", cpu_reps=1)
+    print(f"\nspeed on {torch.cuda.get_device_name()} (TFLOP/s, bf16, 16k tokens, hidden 2048; "
+          "the full benchmark is python -m flashattn2.bench):")
+    shapes = make_shapes(seqlens=[1024, 4096], hdims=[64, 128], dtypes=["bf16"])
+    rows = run_suite(shapes, ["fwd", "bwd"], None, "cuda", warmup_ms=10, rep_ms=40)
     print(markdown_table(rows))
 
 
-def main() -> int:
+CPU_NEXT = """
+no CUDA GPU: the kernels ran through the Triton interpreter on the CPU (TRITON_INTERPRET=1), forward and
+backward, on the shapes above; timings there would measure the interpreter, so none are printed.
+Next: the tests (python -m pytest -q -n 2, the same interpreter), or this command on a CUDA GPU for a speed
+table against PyTorch's attention, and python -m flashattn2.bench for the full benchmark."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        prog="python -m flashattn2",
+        description="Check flashattn2's kernels (forward and backward) against a float64 reference on a few "
+                    "shapes; on a CUDA GPU, then time them against PyTorch's attention backends. Without a GPU "
+                    "the check runs through the Triton interpreter on the CPU (slow, small shapes, no timings).",
+    ).parse_args(argv)
     on_gpu = torch.cuda.is_available()
     if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
         _reexec_under_interpreter()
-    device = "cuda" if on_gpu else "cpu"
-    ok = run_checks(device)
-    run_speed_table(device)
+    ok = run_checks("cuda" if on_gpu else "cpu")
+    if on_gpu:
+        run_speed_table()
+    else:
+        print(CPU_NEXT)
     return 0 if ok else 1
 
 
