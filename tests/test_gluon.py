@@ -471,8 +471,8 @@ def test_set_backend_drops_remembered_calls():
 
 
 def test_descriptors_view_packed_batches_as_one_batch_entry():
-    from flashattn2.kernels.fwd_sm90 import descriptor
     from flashattn2.kernels.gluon_api import shared_layout
+    from flashattn2.kernels.sm90_common import descriptor
 
     layout = shared_layout([1, 64, 1, 64], torch.float16)
     dense = torch.empty(2, 100, 3, 64, dtype=torch.float16)

@@ -19,7 +19,6 @@ import torch
 
 from .block_range import q_range_for_kv_tile
 from .common import LOG2E, cdiv
-from .fwd_sm90 import WG_M, _p_layout, _wgmma_layout, compile_gluon, descriptor, sm90_declines
 from .gluon_api import (
     fence_async_shared,
     gl,
@@ -37,6 +36,7 @@ from .mask import score_mask_rel
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
 from .scores import transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
+from .sm90_common import WG_M, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
 
 BLOCK_N = 2 * 64  # keys per program: two consumer warpgroups
 # head dim -> tuning, measured on the H100 (benchmarks/NOTES.md). FUSED_DQ needs query tiles of 64 rows or
@@ -92,7 +92,7 @@ def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_r
     fence_async_shared()
     mbarrier.arrive(ds_ready.index(buf), count=1)
     mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
-    dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, _wgmma_layout(DQ_COLS))
+    dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, wgmma_layout(DQ_COLS))
     for h in gl.static_range(2):
         k_cols = k_smem.index(h).reshape([WG_M, BLOCK_D]).slice(WG * DQ_COLS, DQ_COLS, dim=1)
         dq = warpgroup_mma(ds_smem.index(2 * buf + h).permute([1, 0]), k_cols, dq, use_acc=h > 0, is_async=True)
@@ -114,7 +114,7 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
           FUSED_DQ: gl.constexpr):
     """One (Q, dO) tile into this warpgroup's dK, dV (and its columns of dQ): the contract of
     backward._dkdv_from_q_tiles."""
-    s_layout: gl.constexpr = _wgmma_layout(BLOCK_M)
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
     stage = it % STAGES
     phase = (it // STAGES) & 1
     k_tile = k_smem.index(WG).reshape([WG_M, BLOCK_D])
@@ -147,17 +147,17 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
         # dS before the dV matmul is issued: P's operand copy is not live beside P, dPᵀ and dK, dV (issuing
         # dV first measured 2-14% slower on the H100, benchmarks/NOTES.md)
         dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
-        pt_op = gl.convert_layout(pt.to(q_tile.dtype), _p_layout(BLOCK_D))
+        pt_op = gl.convert_layout(pt.to(q_tile.dtype), p_layout(BLOCK_D))
         dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
     else:
-        pt_op = gl.convert_layout(pt.to(q_tile.dtype), _p_layout(BLOCK_D))
+        pt_op = gl.convert_layout(pt.to(q_tile.dtype), p_layout(BLOCK_D))
         dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
         dpt = warpgroup_mma_wait(1, deps=[dpt_tok])
     dst = pt * (dpt - delta[None, :])
     if HAS_SOFTCAP:
         dst = dst * (1.0 - tanht * tanht)
     dst16 = dst.to(q_tile.dtype)
-    dst_op = gl.convert_layout(dst16, _p_layout(BLOCK_D))
+    dst_op = gl.convert_layout(dst16, p_layout(BLOCK_D))
     dk_tok = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
     if FUSED_DQ:
         _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_row0 + start_m, off_h,
@@ -175,8 +175,8 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_sme
               window_right, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
               STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
               HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr):
-    o_layout: gl.constexpr = _wgmma_layout(BLOCK_D)
-    s_layout: gl.constexpr = _wgmma_layout(BLOCK_M)
+    o_layout: gl.constexpr = wgmma_layout(BLOCK_D)
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
     key0 = start_n + WG * WG_M
     offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
     dk = gl.zeros([WG_M, BLOCK_D], gl.float32, o_layout)

@@ -27,7 +27,7 @@ import torch
 
 from . import common
 from .block_range import kv_range_for_q_tile
-from .common import LOG2E, capability, cdiv
+from .common import LOG2E, cdiv
 from .gluon_api import (
     TensorDescriptor,
     fence_async_shared,
@@ -46,11 +46,10 @@ from .mask import score_mask
 from .params import AttnOptions, lse_strides, problem_dims, row_strides
 from .scores import fp8_scales, transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
+from .sm90_common import WG_M, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
 from .softmax import finalize, online_softmax_update
-from .tma import tma_usable
 from .v_layout import RELABEL_KEYS, v_keys_last
 
-WG_M = gl.constexpr(64)  # query rows per consumer warpgroup (wgmma's M)
 BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 
 # head dim -> tuning: key-tile rows, K/V ring stages (the stages and the Q tile must fit 227 KB of shared
@@ -165,18 +164,6 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
 
 
 @gluon.constexpr_function
-def _wgmma_layout(n, bits=16):
-    # wgmma's accumulator for a 64 x n tile of one warpgroup (K per instruction: 256 bits of inputs)
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 256 // bits])
-
-
-@gluon.constexpr_function
-def _p_layout(block_d, bits=16):
-    # P as the register A operand of O += P V (32 bits of K per register)
-    return gl.DotOperandLayout(operand_index=0, parent=_wgmma_layout(block_d, bits), k_width=32 // bits)
-
-
-@gluon.constexpr_function
 def _p_smem_layout(block_n):
     # FP8's P as the shared A operand of O += P V (K-major: rows of keys)
     return gl.NVMMASharedLayout.get_default_for([64, block_n], gl.float8e4nv)
@@ -214,7 +201,7 @@ def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_le
     if IS_FP8:
         p = p.to(dtype)
     else:
-        p = gl.convert_layout(p.to(dtype), _p_layout(BLOCK_D))
+        p = gl.convert_layout(p.to(dtype), p_layout(BLOCK_D))
     return p, alpha, m_i, l_i
 
 
@@ -278,7 +265,7 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, p_smem, 
           MASKED: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
     """Key tile `it` (at start_n): S_it = Q K_itᵀ and O += P_{it-1} V_{it-1} in flight together, the
     softmax of S_it under the PV matmul, then O rescaled and stage it-1 handed back."""
-    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N, q_tile.dtype.primitive_bitwidth)
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N, q_tile.dtype.primitive_bitwidth)
     stage = it % STAGES
     prev = (it - 1) % STAGES
     mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
@@ -310,10 +297,10 @@ def _attend(q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it
     """One consumer's 64 rows of a work item over key tiles [n_lo, n_hi): (acc, m_i, l_i, it, turns).
     `it` (the ring slot) and `turns` (ping-pong turns taken) run on across work items."""
     bits: gl.constexpr = q_tile.dtype.primitive_bitwidth
-    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N, bits)
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N, bits)
     m_i = gl.full([WG_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([WG_M], gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([WG_M, BLOCK_D], gl.float32, _wgmma_layout(BLOCK_D, bits))
+    acc = gl.zeros([WG_M, BLOCK_D], gl.float32, wgmma_layout(BLOCK_D, bits))
     if n_hi > n_lo:
         # the first tile alone: its S has no PV to overlap with (masked: it may be cut by anything)
         stage = it % STAGES
@@ -378,8 +365,8 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, 
               IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
               PINGPONG: gl.constexpr, IS_FP8: gl.constexpr):
     bits: gl.constexpr = q_smem.dtype.primitive_bitwidth
-    s_layout: gl.constexpr = _wgmma_layout(BLOCK_N, bits)
-    o_layout: gl.constexpr = _wgmma_layout(BLOCK_D, bits)
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N, bits)
+    o_layout: gl.constexpr = wgmma_layout(BLOCK_D, bits)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = Out.dtype.element_ty
     # FP8's P carries 2**8 (softmax.online_softmax_update)
@@ -516,26 +503,6 @@ def attention_fwd_sm90_kernel(
         mbarrier.invalidate(kv_empty.index(STAGES + i))
 
 
-def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tensors: torch.Tensor,
-                  dtypes=(torch.float16, torch.bfloat16)) -> str | None:
-    """What keeps a call off a Gluon kernel (this one or bwd_sm90's) for reasons both share, or None."""
-    if common.INTERPRET:
-        return "the Triton interpreter cannot run Gluon"
-    if not q.is_cuda or capability(q.get_device()) != (9, 0):
-        return "not an sm_90 (Hopper) GPU"
-    if q.dtype not in dtypes:
-        return f"dtype {q.dtype}"
-    if q.shape[-1] not in head_dims:
-        return f"head dim {q.shape[-1]} (the Gluon {kernel} has {sorted(head_dims)})"
-    if dropout:
-        return "dropout"
-    if not tma_usable(q, *tensors):
-        return "a stride or base address that TMA cannot read (16-byte alignment, unit last stride)"
-    if common.long_rows(1 if q.dim() == 4 else 0, q, *tensors):
-        return "row offsets past 2**31 elements inside a sequence (the Triton kernels take them in 64 bits)"
-    return None
-
-
 def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions,
                   return_probs: bool) -> str | None:
     """None when this kernel runs the call, else what keeps it on the portable kernels."""
@@ -550,14 +517,6 @@ def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnO
         # V is read from the plan's own aligned copy
         return sm90_declines(q, CONFIGS_FP8, "kernel", dropout, k, dtypes=(torch.float8_e4m3fn,))
     return sm90_declines(q, CONFIGS, "kernel", dropout, k, v)
-
-
-def descriptor(x: torch.Tensor, block: list[int], layout, varlen: bool) -> TensorDescriptor:
-    """A TMA descriptor handing out `block` tiles of x: 4-D (batch, rows, heads, head_dim); a packed batch
-    (total, heads, head_dim) is one (1, total, heads, head_dim) view."""
-    if varlen:
-        x = x.unsqueeze(0)
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
 
 
 class Sm90ForwardPlan:
@@ -625,27 +584,6 @@ class Sm90ForwardPlan:
         return out, lse, None
 
 
-def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[str, int], types: dict[str, str],
-                  constants: dict, maxnreg: int = MAXNREG):
-    """Compile a Gluon kernel of these modules for sm_90 without a GPU (`triton.compile` with a CUDA target).
-    descriptors: descriptor argument -> tile rows (or the whole block); types: the other non-int32 arguments'
-    types (DTYPE: the inputs' type)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    type_name = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float8_e4m3fn: "fp8e4nv"}[dtype]
-    for name, rows in descriptors.items():
-        block = rows if isinstance(rows, list) else [1, rows, 1, head_dim]
-        layout = shared_layout(block, dtype)
-        types[name] = f"tensordesc<{type_name}[{','.join(map(str, block))}],{layout!r}>"
-    types = {name: t.replace("DTYPE", type_name) for name, t in types.items()}
-    names = kernel.arg_names
-    signature = {n: "constexpr" if n in constants else types.get(n, "i32") for n in names}
-    source = GluonASTSource(kernel, signature, {(names.index(n),): value for n, value in constants.items()})
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))
-
-
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
     """Compile one variant of the kernel for sm_90 without a GPU: CI catches a Gluon API change of a new
     Triton release this way. flags: the kernel's constexpr flags (HAS_LEFT, HAS_RIGHT, IS_VARLEN,
@@ -666,4 +604,4 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
     else:
         descriptors["o_desc"] = 64
         constants.update(QDescale=None, KDescale=None, VDescale=None)
-    return compile_gluon(attention_fwd_sm90_kernel, dtype, head_dim, descriptors, types, constants)
+    return compile_gluon(attention_fwd_sm90_kernel, dtype, head_dim, descriptors, types, constants, MAXNREG)

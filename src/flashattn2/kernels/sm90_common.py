@@ -1,0 +1,72 @@
+"""What the Hopper (sm_90) Gluon kernels share: wgmma's layouts, the reasons both decline a call, TMA
+descriptors of the inputs, and their compile-only check for sm_90 (CI has no GPU)."""
+
+import torch
+
+from . import common
+from .common import capability
+from .gluon_api import TensorDescriptor, gl, gluon, shared_layout
+from .tma import tma_usable
+
+WG_M = gl.constexpr(64)  # rows per consumer warpgroup (wgmma's M)
+
+
+@gluon.constexpr_function
+def wgmma_layout(n, bits=16):
+    # wgmma's accumulator for a 64 x n tile of one warpgroup (K per instruction: 256 bits of inputs)
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 256 // bits])
+
+
+@gluon.constexpr_function
+def p_layout(block_d, bits=16):
+    # P as the register A operand of O += P V (32 bits of K per register)
+    return gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(block_d, bits), k_width=32 // bits)
+
+
+def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tensors: torch.Tensor,
+                  dtypes=(torch.float16, torch.bfloat16)) -> str | None:
+    """What keeps a call off a Gluon kernel (fwd_sm90's or bwd_sm90's) for reasons both share, or None."""
+    if common.INTERPRET:
+        return "the Triton interpreter cannot run Gluon"
+    if not q.is_cuda or capability(q.get_device()) != (9, 0):
+        return "not an sm_90 (Hopper) GPU"
+    if q.dtype not in dtypes:
+        return f"dtype {q.dtype}"
+    if q.shape[-1] not in head_dims:
+        return f"head dim {q.shape[-1]} (the Gluon {kernel} has {sorted(head_dims)})"
+    if dropout:
+        return "dropout"
+    if not tma_usable(q, *tensors):
+        return "a stride or base address that TMA cannot read (16-byte alignment, unit last stride)"
+    if common.long_rows(1 if q.dim() == 4 else 0, q, *tensors):
+        return "row offsets past 2**31 elements inside a sequence (the Triton kernels take them in 64 bits)"
+    return None
+
+
+def descriptor(x: torch.Tensor, block: list[int], layout, varlen: bool) -> TensorDescriptor:
+    """A TMA descriptor handing out `block` tiles of x: 4-D (batch, rows, heads, head_dim); a packed batch
+    (total, heads, head_dim) is one (1, total, heads, head_dim) view."""
+    if varlen:
+        x = x.unsqueeze(0)
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
+
+
+def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[str, int], types: dict[str, str],
+                  constants: dict, maxnreg: int):
+    """Compile a Gluon kernel of these modules for sm_90 without a GPU (`triton.compile` with a CUDA target).
+    descriptors: descriptor argument -> tile rows (or the whole block); types: the other non-int32 arguments'
+    types (DTYPE: the inputs' type)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    type_name = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float8_e4m3fn: "fp8e4nv"}[dtype]
+    for name, rows in descriptors.items():
+        block = rows if isinstance(rows, list) else [1, rows, 1, head_dim]
+        layout = shared_layout(block, dtype)
+        types[name] = f"tensordesc<{type_name}[{','.join(map(str, block))}],{layout!r}>"
+    types = {name: t.replace("DTYPE", type_name) for name, t in types.items()}
+    names = kernel.arg_names
+    signature = {n: "constexpr" if n in constants else types.get(n, "i32") for n in names}
+    source = GluonASTSource(kernel, signature, {(names.index(n),): value for n, value in constants.items()})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))
