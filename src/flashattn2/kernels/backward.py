@@ -409,17 +409,17 @@ class BackwardPlan:
         self.preprocess(out, dout, delta, delta if dq_acc is None else dq_acc, opts.cu_seqlens_q)
         dk = common.empty(k.shape, k.dtype, device)
         dv = common.empty(v.shape, v.dtype, device)
-        # fp32 accumulation buffer for the atomic path; the dQ kernel writes dq directly
-        dq = torch.zeros(q.shape, dtype=torch.float32, device=device) if self.atomic_dq else \
-            common.empty(q.shape, q.dtype, device)
-        pointers = opts.tensors()
-        q_src, do_src = (q, dout) if self.q_tiles is None else (row_tiles(q, *self.q_tiles),
-                                                                row_tiles(dout, *self.q_tiles))
         if self.gluon is not None:
             self.gluon(dout, q, k, v, lse, delta, dq_acc, dk, dv, opts)
             if self.fused_dq:
                 return dq_acc.to(q.dtype), dk, dv
-        else:
+        # fp32 accumulation buffer for the atomic path; the dQ kernel writes dq directly
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=device) if self.atomic_dq else \
+            common.empty(q.shape, q.dtype, device)
+        pointers = opts.tensors()
+        if self.gluon is None:
+            q_src, do_src = (q, dout) if self.q_tiles is None else (row_tiles(q, *self.q_tiles),
+                                                                    row_tiles(dout, *self.q_tiles))
             dq_dst = dq if self.dq_tiles is None else row_tiles(dq, *self.dq_tiles)
             self.dkdv(q_src, k, v, do_src, lse, delta, dq_dst, dk, dv, *pointers)
         if self.atomic_dq:
