@@ -351,9 +351,9 @@ class Sm90Backward:
     """The Gluon launch of a backward plan (backward.py): dK and dV, and with `fused_dq` dQ as well (into
     an fp32 buffer the plan zeroes and converts); else the plan's dQ kernel computes dQ."""
 
-    def __init__(self, dout, q, k, v, lse, opts: AttnOptions, tuning: dict | None = None) -> None:
+    def __init__(self, dout, q, k, v, lse, opts: AttnOptions) -> None:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
-        tuning = tuning or tuning_for(head_dim, opts)
+        tuning = tuning_for(head_dim, opts)
         self.fused_dq = tuning["FUSED_DQ"]
         self.varlen = opts.varlen
         self.q_block = [1, tuning["BLOCK_M"], 1, head_dim]
