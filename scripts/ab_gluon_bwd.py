@@ -1,7 +1,7 @@
 """A/B of the Gluon backward's tunings (kernels/bwd_sm90.py) inside the whole backward against the
 all-Triton backward and cuDNN, interleaved per shape: python scripts/ab_gluon_bwd.py --out DIR
 [--set KEY=VALUE ...]. Each variant's gradients are checked against Triton's first. "fused-..." variants
-compute dQ in the kernel; "dkdv-..." ones leave it to the Triton dQ kernel (the deterministic path)."""
+compute dQ in the kernel; "dkdv..." ones leave it to the Triton dQ kernel (the deterministic path)."""
 
 import argparse
 import json
@@ -16,12 +16,12 @@ import flashattn2
 from flashattn2.kernels import backward, bwd_sm90, forward
 from flashattn2.kernels.params import AttnOptions
 
-VARIANTS = {"dkdv-m32-s3": dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False),
-            "fused-m64-s2": dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True)}
+# the head dim's tunings in bwd_sm90 ("fused": CONFIGS, "dkdv": CONFIGS_DKDV), filled in by main()
+VARIANTS = {}
 # --variants NAME...: more tunings to try (a 64-row tile's ring fits more stages at head dim 64)
-MORE = {"fused-m64-s3": dict(BLOCK_M=64, STAGES=3, FUSED_DQ=True),
-        "fused-m64-s4": dict(BLOCK_M=64, STAGES=4, FUSED_DQ=True),
-        "fused-m128-s2": dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True)}
+MORE = {"fused-m64-s3": dict(BLOCK_M=64, STAGES=3, FUSED_DQ=True, SPLIT_D=False),
+        "fused-m64-s4": dict(BLOCK_M=64, STAGES=4, FUSED_DQ=True, SPLIT_D=False),
+        "fused-m128-s2": dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False)}
 # --extra: the options' cells (bf16 d128, 4k tokens unless named), name -> (causal, seqlen, kv heads, options)
 EXTRA = {"softcap": (True, 4096, 16, dict(softcap=30.0)), "alibi": (True, 4096, 16, dict(alibi=True)),
          "gqa-8": (True, 4096, 2, {}), "window-512": (True, 16384, 16, dict(window_left=511))}
@@ -92,6 +92,8 @@ def main():
     ap.add_argument("--hdim", type=int, default=128)
     ap.add_argument("--variants", nargs="*", default=[], choices=sorted(MORE))
     args = ap.parse_args()
+    VARIANTS["fused"] = dict(bwd_sm90.CONFIGS[args.hdim])
+    VARIANTS["dkdv"] = dict(bwd_sm90.CONFIGS_DKDV[args.hdim])
     for kv in args.set:
         key, value = kv.split("=")
         for tuning in VARIANTS.values():

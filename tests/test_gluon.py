@@ -35,16 +35,21 @@ VARIANTS = [
     (256, torch.float16, {"HAS_ALIBI": True, "HAS_RIGHT": True, "MAY_SPILL": True}),
     (64, torch.bfloat16, {"HAS_SOFTCAP": True, "HAS_ALIBI": True, "IS_VARLEN": True}),
     (128, torch.bfloat16, {"HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True, "MAY_SPILL": True}),
-    # the backward (bwd_sm90.py): with dQ in the kernel, 64-row query tiles spill under triton 3.6
-    # (benchmarks/NOTES.md); FUSED_DQ=0 is the deterministic dK/dV-only kernel
-    (128, torch.bfloat16, {"BWD": True, "MAY_SPILL": True}),
-    (128, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True, "MAY_SPILL": True}),
+    # the backward (bwd_sm90.py): with dQ in the kernel, a score transform or 128-row query tiles (d64) spill
+    # under triton 3.6 (benchmarks/NOTES.md); FUSED_DQ=0 is the deterministic dK/dV-only kernel
+    (128, torch.bfloat16, {"BWD": True}),
+    (128, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
     (128, torch.bfloat16, {"BWD": True, "HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True,
                            "MAY_SPILL": True}),
     (128, torch.bfloat16, {"BWD": True, "FUSED_DQ=0": True}),
     (64, torch.bfloat16, {"BWD": True, "MAY_SPILL": True}),
     (64, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True, "FUSED_DQ=0": True}),
     (128, torch.float16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
+    # head dim 256: 64-key programs, the warpgroups split the head dim (SPLIT_D)
+    (256, torch.bfloat16, {"BWD": True}),
+    (256, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
+    (256, torch.bfloat16, {"BWD": True, "HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True}),
+    (256, torch.bfloat16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True}),
     # the FP8 forward (IS_FP8: e4m3 inputs, P through shared memory)
     (128, torch.float8_e4m3fn, {}),
     (64, torch.float8_e4m3fn, {"HAS_RIGHT": True, "REVERSE_M": True}),
@@ -112,7 +117,7 @@ def test_backend_choice_off_hopper_and_override():
         flashattn2.set_backend("auto")  # the suite may run with the backend forced through the environment
         choice = attention_backend(q, q, q, causal=True)
         assert (choice.forward == "gluon-sm90") == on_hopper, choice.reason
-        assert choice.backward == "triton", "a short causal backward stays on Triton (bwd_sm90.AUTO_CAUSAL_MIN_ROWS)"
+        assert choice.backward == "triton", "a short causal d128 backward stays on Triton (AUTO_CAUSAL_MIN_ROWS)"
         choice = attention_backend(q, q, q)
         assert (choice.backward == "gluon-sm90") == on_hopper, choice.reason
         flashattn2.set_backend("triton")
@@ -157,16 +162,20 @@ def test_auto_and_default_tiles_per_head_dim():
 
 
 def test_auto_backward_per_head_dim_length_and_determinism():
-    # host-side, so it runs anywhere: the Gluon backward at head dims 64 and 128 (H100 A/B in benchmarks/NOTES.md),
-    # except causal calls shorter than AUTO_CAUSAL_MIN_ROWS query rows and deterministic calls
+    # host-side, so it runs anywhere: the Gluon backward at head dims 64, 128 and 256 (H100 A/B in
+    # benchmarks/NOTES.md), except causal calls shorter than AUTO_CAUSAL_MIN_ROWS query rows and deterministic
+    # calls below head dim 256
     from flashattn2.kernels.bwd_sm90 import AUTO_CAUSAL_MIN_ROWS, auto_declines
     from flashattn2.kernels.params import AttnOptions
 
     full, causal = AttnOptions(softmax_scale=1.0), AttnOptions(softmax_scale=1.0, window_right=0)
-    for head_dim, declined in ((64, False), (128, False), (256, True)):
-        assert (auto_declines(torch.empty(1, 4096, 1, head_dim), full) is not None) == declined
-    assert auto_declines(torch.empty(1, AUTO_CAUSAL_MIN_ROWS, 1, 128), causal) is None
-    assert "right window edge" in auto_declines(torch.empty(1, AUTO_CAUSAL_MIN_ROWS - 1, 1, 128), causal)
+    for head_dim in (64, 128, 256):
+        assert auto_declines(torch.empty(1, 4096, 1, head_dim), full) is None
+    assert "head dim 96" in auto_declines(torch.empty(1, 4096, 1, 96), full)
+    min_rows = AUTO_CAUSAL_MIN_ROWS[128]
+    assert auto_declines(torch.empty(1, min_rows, 1, 128), causal) is None
+    assert "right window edge" in auto_declines(torch.empty(1, min_rows - 1, 1, 128), causal)
+    assert auto_declines(torch.empty(1, 64, 1, 256), causal) is None  # 1.21x Triton at 512 rows, head dim 256
     assert auto_declines(torch.empty(1, 256, 1, 64), full) is None
     cu = torch.tensor([0, 300, 600], dtype=torch.int32)
     packed = AttnOptions(softmax_scale=1.0, window_right=0, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=300,
@@ -174,6 +183,7 @@ def test_auto_backward_per_head_dim_length_and_determinism():
     assert "300 query rows" in auto_declines(torch.empty(600, 1, 128), packed)
     deterministic = AttnOptions(softmax_scale=1.0, deterministic=True)
     assert "deterministic" in auto_declines(torch.empty(1, 4096, 1, 128), deterministic)
+    assert auto_declines(torch.empty(1, 4096, 1, 256), deterministic) is None  # 1.2-1.3x Triton at 256
 
 
 hopper = pytest.mark.skipif(not (ON_GPU and torch.cuda.get_device_capability() == (9, 0)),
@@ -203,7 +213,7 @@ def test_calls_gluon_cannot_run_fall_back_with_a_reason(gluon_backend):
     q96 = randn(1, 64, 2, 96, dtype=torch.bfloat16)
     assert attention_backend(q96, q96, q96).reason == (
         "forward: head dim 96 (the Gluon kernel has [64, 128, 256]); "
-        "backward: head dim 96 (the Gluon backward has [64, 128])")
+        "backward: head dim 96 (the Gluon backward has [64, 128, 256])")
     odd = randn(1, 64, 3, 129, dtype=torch.bfloat16)[..., :128]  # row strides not 16-byte aligned
     assert "TMA" in attention_backend(odd, odd, odd).reason
     q64 = randn(1, 64, 2, 64, dtype=torch.bfloat16)
@@ -237,16 +247,16 @@ def _stress_case(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, options,
     return q, k, v, options
 
 
-def _varlen_case(seed, requires_grad=False):
-    """A packed bf16 batch with empty, one-row and unequal sequences (4 query heads on 2 kv heads of 128):
+def _varlen_case(seed, requires_grad=False, head_dim=128):
+    """A packed bf16 batch with empty, one-row and unequal sequences (4 query heads on 2 kv heads):
     (lens_q, lens_k, cu_seqlens_q, cu_seqlens_k, q, k, v)."""
     torch.manual_seed(seed)
     lens_q, lens_k = [1, 300, 129, 64, 0, 517], [5, 250, 129, 700, 3, 517]
     cu_q, cu_k = (torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
                   for lens in (lens_q, lens_k))
-    q = randn(sum(lens_q), 4, 128, dtype=torch.bfloat16, requires_grad=requires_grad)
-    k = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16, requires_grad=requires_grad)
-    v = randn(sum(lens_k), 2, 128, dtype=torch.bfloat16, requires_grad=requires_grad)
+    q = randn(sum(lens_q), 4, head_dim, dtype=torch.bfloat16, requires_grad=requires_grad)
+    k = randn(sum(lens_k), 2, head_dim, dtype=torch.bfloat16, requires_grad=requires_grad)
+    v = randn(sum(lens_k), 2, head_dim, dtype=torch.bfloat16, requires_grad=requires_grad)
     return lens_q, lens_k, cu_q, cu_k, q, k, v
 
 
@@ -394,7 +404,7 @@ BWD_STRESS = [
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("deterministic", [False, True], ids=["fused-dq", "deterministic"])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", BWD_STRESS, ids=lambda s: "x".join(map(str, s[:5])) + "-" + "-".join(s[5]))
 def test_gluon_backward_stress(dtype, head_dim, shape, deterministic, gluon_backend):
@@ -410,9 +420,10 @@ def test_gluon_backward_stress(dtype, head_dim, shape, deterministic, gluon_back
 
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("head_dim", [128, 256])
 @pytest.mark.parametrize("causal", [False, True])
-def test_gluon_varlen_backward(causal, gluon_backend):
-    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(7, requires_grad=True)
+def test_gluon_varlen_backward(causal, head_dim, gluon_backend):
+    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(7, requires_grad=True, head_dim=head_dim)
     out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
                                          return_attn_probs=True)
     dout = randn(*out.shape, dtype=torch.bfloat16)
@@ -437,14 +448,15 @@ def test_gluon_backward_fuses_dq_unless_deterministic(gluon_backend):
 
 @pytest.mark.gpu
 @hopper
-def test_gluon_backward_100_calls_bitwise_equal(gluon_backend):
+@pytest.mark.parametrize("head_dim", [128, 256])
+def test_gluon_backward_100_calls_bitwise_equal(head_dim, gluon_backend):
     from helpers import assert_bitwise_repeatable
 
     torch.manual_seed(11)
-    q = randn(2, 1537, 8, 128, dtype=torch.bfloat16, requires_grad=True)
-    k = randn(2, 1537, 2, 128, dtype=torch.bfloat16, requires_grad=True)
-    v = randn(2, 1537, 2, 128, dtype=torch.bfloat16, requires_grad=True)
-    dout = randn(2, 1537, 8, 128, dtype=torch.bfloat16)
+    q = randn(2, 1537, 8, head_dim, dtype=torch.bfloat16, requires_grad=True)
+    k = randn(2, 1537, 2, head_dim, dtype=torch.bfloat16, requires_grad=True)
+    v = randn(2, 1537, 2, head_dim, dtype=torch.bfloat16, requires_grad=True)
+    dout = randn(2, 1537, 8, head_dim, dtype=torch.bfloat16)
     # deterministic=True: dQ from the dQ kernel (the fused kernel's reduce-adds land in any order)
     assert_bitwise_repeatable(lambda q, k, v: flash_attn_func(q, k, v, causal=True, deterministic=True), q, k, v,
                               dout, times=100)

@@ -38,11 +38,14 @@ from .scores import transformed_scores
 from .seqlen_info import ROW_COUNTS, sequence_bounds
 from .sm90_common import WG_M, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
 
-BLOCK_N = 2 * 64  # keys per program: two consumer warpgroups
 # head dim -> tuning, measured on the H100 (benchmarks/NOTES.md). FUSED_DQ needs query tiles of 64 rows or
 # more (wgmma's M for dQ = dS K); the dK/dV-only kernel (deterministic calls) keeps 32-row tiles.
-CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True), 128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True)}
-CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False), 128: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False)}
+CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False),
+           128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=False),
+           256: dict(BLOCK_M=64, STAGES=1, FUSED_DQ=True, SPLIT_D=True)}
+CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False),
+                128: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False),
+                256: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=False, SPLIT_D=True)}
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(240)
 
@@ -50,12 +53,12 @@ CONSUMER_REGS = gl.constexpr(240)
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar, q_ready,
               do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, off_b, seqlen_q, tma_b, q_row0, k_row, off_hk,
-              group, m_lo, m_hi, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
-    mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
-    tma_load(k_desc, [tma_b, k_row, off_hk, 0], kv_bar, k_smem.index(0))
-    tma_load(k_desc, [tma_b, k_row + WG_M, off_hk, 0], kv_bar, k_smem.index(1))
-    tma_load(v_desc, [tma_b, k_row, off_hk, 0], kv_bar, v_smem.index(0))
-    tma_load(v_desc, [tma_b, k_row + WG_M, off_hk, 0], kv_bar, v_smem.index(1))
+              group, m_lo, m_hi, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    KV_TILES: gl.constexpr = BLOCK_N // WG_M
+    mbarrier.expect(kv_bar, KV_TILES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+    for t in gl.static_range(KV_TILES):
+        tma_load(k_desc, [tma_b, k_row + t * WG_M, off_hk, 0], kv_bar, k_smem.index(t))
+        tma_load(v_desc, [tma_b, k_row + t * WG_M, off_hk, 0], kv_bar, v_smem.index(t))
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     it = 0
     for g in range(0, group):
@@ -87,14 +90,15 @@ def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_r
     warpgroup reaches buffer it % 2 again only after waiting for the other's step it + 1, which comes
     after that one's dQ matmul of step it retired."""
     DQ_COLS: gl.constexpr = BLOCK_D // 2
-    buf = it % 2
+    dyn = it >> 30  # as in _step_cols: no hoisted (spilled) wgmma descriptors
+    buf = it % 2 + dyn
     ds_smem.index(2 * buf + WG).store(dst16)
     fence_async_shared()
     mbarrier.arrive(ds_ready.index(buf), count=1)
     mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
     dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, wgmma_layout(DQ_COLS))
     for h in gl.static_range(2):
-        k_cols = k_smem.index(h).reshape([WG_M, BLOCK_D]).slice(WG * DQ_COLS, DQ_COLS, dim=1)
+        k_cols = k_smem.index(h + dyn).reshape([WG_M, BLOCK_D]).slice(WG * DQ_COLS, DQ_COLS, dim=1)
         dq = warpgroup_mma(ds_smem.index(2 * buf + h).permute([1, 0]), k_cols, dq, use_acc=h > 0, is_async=True)
     dq = warpgroup_mma_wait(0, deps=[dq])
     # the reduce-add of the last tile must have read the buffer before it is written again
@@ -115,10 +119,11 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
     """One (Q, dO) tile into this warpgroup's dK, dV (and its columns of dQ): the contract of
     backward._dkdv_from_q_tiles."""
     s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
-    stage = it % STAGES
+    dyn = it >> 30  # as in _step_cols: no hoisted (spilled) wgmma descriptors
+    stage = it % STAGES + dyn
     phase = (it // STAGES) & 1
-    k_tile = k_smem.index(WG).reshape([WG_M, BLOCK_D])
-    v_tile = v_smem.index(WG).reshape([WG_M, BLOCK_D])
+    k_tile = k_smem.index(WG + dyn).reshape([WG_M, BLOCK_D])
+    v_tile = v_smem.index(WG + dyn).reshape([WG_M, BLOCK_D])
     q_tile = q_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
     do_tile = do_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
     mbarrier.wait(q_ready.index(stage), phase)
@@ -168,19 +173,131 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
-              q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, dK, dV, AlibiSlopes, stride_dkn, stride_dkh,
-              stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start, k_start,
+def _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
+               q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
+               qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+               WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+               MASKED: gl.constexpr, FUSED_DQ: gl.constexpr):
+    """_step for wide heads (SPLIT_D): both warpgroups share the program's 64 keys; each computes Pᵀ and dSᵀ
+    for half of the tile's query rows, puts them in shared memory (buffer it % 2, count-2 p_ready and
+    ds_ready barriers: the reuse argument of _dq_tile), and then its half of the head dim's columns of dV,
+    dK (and dQ) with all operands from shared memory."""
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    COLS: gl.constexpr = BLOCK_D // 2
+    s_layout: gl.constexpr = wgmma_layout(HALF_M)
+    # a zero the compiler cannot see through, in every tile index: otherwise the wgmma descriptors of the
+    # loop-invariant tiles (16 per 256-deep matmul) are hoisted out of the loop and spilled
+    dyn = it >> 30
+    stage = it % STAGES + dyn
+    phase = (it // STAGES) & 1
+    buf = it % 2 + dyn
+    buf_phase = (it // 2) & 1
+    k_tile = k_smem.index(dyn).reshape([WG_M, BLOCK_D])
+    v_tile = v_smem.index(dyn).reshape([WG_M, BLOCK_D])
+    q_tile = q_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
+    do_tile = do_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
+    mbarrier.wait(q_ready.index(stage), phase)
+    st_tok = warpgroup_mma(k_tile, q_tile.slice(WG * HALF_M, HALF_M, dim=0).permute([1, 0]),
+                           gl.zeros([WG_M, HALF_M], gl.float32, s_layout), use_acc=False, is_async=True)
+    mbarrier.wait(do_ready.index(stage), phase)
+    dpt_tok = warpgroup_mma(v_tile, do_tile.slice(WG * HALF_M, HALF_M, dim=0).permute([1, 0]),
+                            gl.zeros([WG_M, HALF_M], gl.float32, s_layout), use_acc=False, is_async=True)
+    offs_m = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(0, s_layout))
+    st = warpgroup_mma_wait(1, deps=[st_tok])
+    if HAS_SOFTCAP or HAS_ALIBI:
+        st, tanht = transformed_scores(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
+                                       softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
+        scale_log2 = 1.0
+    else:
+        scale_log2 = qk_scale
+    if MASKED:
+        visible = score_mask_rel(offs_n[:, None], offs_m[None, :], seqlen_q, seqlen_k, window_left, window_right,
+                                 HAS_LEFT, HAS_RIGHT)
+        st = gl.where(visible, st, float("-inf"))
+    lse = lse_smem.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
+    pt = gl.exp2(st * scale_log2 - lse[None, :])
+    # P and dS are kept query-major ([queries, keys]): each warpgroup's rows are a whole-swizzle slice
+    p_smem.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(pt.to(q_tile.dtype), [1, 0]))
+    fence_async_shared()
+    mbarrier.arrive(p_ready.index(buf), count=1)
+    delta = delta_smem.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
+    dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
+    dst = pt * (dpt - delta[None, :])
+    if HAS_SOFTCAP:
+        dst = dst * (1.0 - tanht * tanht)
+    ds_smem.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(dst.to(q_tile.dtype), [1, 0]))
+    fence_async_shared()
+    mbarrier.arrive(ds_ready.index(buf), count=1)
+    mbarrier.wait(p_ready.index(buf), buf_phase)
+    dv_tok = warpgroup_mma(p_smem.index(buf).permute([1, 0]), do_tile.slice(WG * COLS, COLS, dim=1), dv,
+                           is_async=True)
+    mbarrier.wait(ds_ready.index(buf), buf_phase)
+    dk_tok = warpgroup_mma(ds_smem.index(buf).permute([1, 0]), q_tile.slice(WG * COLS, COLS, dim=1), dk,
+                           is_async=True)
+    if FUSED_DQ:
+        dq_tok = warpgroup_mma(ds_smem.index(buf), k_tile.slice(WG * COLS, COLS, dim=1),
+                               gl.zeros([BLOCK_M, COLS], gl.float32, wgmma_layout(COLS)), use_acc=False,
+                               is_async=True)
+        dv, dk, dq = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, dq_tok])
+        mbarrier.arrive(empty.index(stage), count=1)
+        # the reduce-add of the last tile must have read the buffer before it is written again
+        tma_store_wait(0)
+        dq_smem.index(WG).store(dq * softmax_scale)
+        fence_async_shared()
+        tma_reduce_add(dq_desc, [tma_b, dq_row0 + start_m, off_h, WG * COLS],
+                       dq_smem.index(WG).reshape([1, BLOCK_M, 1, COLS]))
+    else:
+        dv, dk = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok])
+        mbarrier.arrive(empty.index(stage), count=1)
+    return dk, dv
+
+
+@gluon.jit
+def _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
+          q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
+          qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
+          BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
+          FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr):
+    if SPLIT_D:
+        dk, dv = _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem,
+                            delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h,
+                            offs_n, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
+                            softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                            HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
+    else:
+        dk, dv = _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem,
+                       q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
+                       qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG,
+                       BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
+    return dk, dv
+
+
+@gluon.jit
+def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
+              kv_bar, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dK, dV, AlibiSlopes, stride_dkn,
+              stride_dkh, stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start, k_start,
               start_n, seqlen_q, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale, window_left,
               window_right, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
               STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
-              HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr):
-    o_layout: gl.constexpr = wgmma_layout(BLOCK_D)
-    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
-    key0 = start_n + WG * WG_M
+              HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr):
+    # this warpgroup's block of dK and dV: 64 keys of the program's 128 with the whole head dim, or (SPLIT_D)
+    # the program's 64 keys with half the head dim's columns
+    if SPLIT_D:
+        key0 = start_n
+        col0: gl.constexpr = WG * (BLOCK_D // 2)
+        COLS: gl.constexpr = BLOCK_D // 2
+        s_layout: gl.constexpr = wgmma_layout(BLOCK_M // 2)
+    else:
+        key0 = start_n + WG * WG_M
+        col0: gl.constexpr = 0
+        COLS: gl.constexpr = BLOCK_D
+        s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
+    o_layout: gl.constexpr = wgmma_layout(COLS)
     offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
-    dk = gl.zeros([WG_M, BLOCK_D], gl.float32, o_layout)
-    dv = gl.zeros([WG_M, BLOCK_D], gl.float32, o_layout)
+    dk = gl.zeros([WG_M, COLS], gl.float32, o_layout)
+    dv = gl.zeros([WG_M, COLS], gl.float32, o_layout)
     mbarrier.wait(kv_bar, 0)
     it = 0
     for g in range(0, group):
@@ -191,31 +308,31 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_sme
         # query tiles the diagonal (window's right edge) or a sequence end crosses, tiles that see the
         # whole key tile, then tiles cut by the window's left edge
         for start_m in range(m_lo, m_full_lo, BLOCK_M):
-            dk, dv = _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem,
-                           delta_smem, q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, q_start, off_h, offs_n,
-                           seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right, softcap_in2,
-                           softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                           HAS_ALIBI, True, FUSED_DQ)
+            dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem,
+                           delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, q_start, off_h,
+                           offs_n, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
+                           softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                           HAS_SOFTCAP, HAS_ALIBI, True, FUSED_DQ, SPLIT_D)
             it += 1
         for start_m in range(m_full_lo, m_full_hi, BLOCK_M):
-            dk, dv = _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem,
-                           delta_smem, q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, q_start, off_h, offs_n,
-                           seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right, softcap_in2,
-                           softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                           HAS_ALIBI, False, FUSED_DQ)
+            dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem,
+                           delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, q_start, off_h,
+                           offs_n, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
+                           softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                           HAS_SOFTCAP, HAS_ALIBI, False, FUSED_DQ, SPLIT_D)
             it += 1
         for start_m in range(m_full_hi, m_hi, BLOCK_M):
-            dk, dv = _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem,
-                           delta_smem, q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, q_start, off_h, offs_n,
-                           seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right, softcap_in2,
-                           softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                           HAS_ALIBI, True, FUSED_DQ)
+            dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem,
+                           delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, q_start, off_h,
+                           offs_n, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
+                           softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                           HAS_SOFTCAP, HAS_ALIBI, True, FUSED_DQ, SPLIT_D)
             it += 1
     if FUSED_DQ:
         tma_store_wait(0)  # the last reduce-add reads dq_smem until it completes
     # dK = scale * dSᵀ Q: the softmax scale is applied once, here
     rows = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, o_layout))
-    cols = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, o_layout))
+    cols = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, o_layout))
     mask = (rows[:, None] < seqlen_k) & (cols[None, :] < BLOCK_D)
     rows64 = (k_start + rows).to(gl.int64)[:, None]
     dk_ptrs = dK + off_hk.to(gl.int64) * stride_dkh + rows64 * stride_dkn + cols[None, :]
@@ -232,13 +349,16 @@ def attention_bwd_sm90_kernel(
     window_right, softcap_in2, softcap_out,
     BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
+    SPLIT_D: gl.constexpr,
 ):
-    """dK and dV for one 128-key tile of one kv head, summed over its query heads (GQA): the contract of
+    """dK and dV for one key tile of one kv head, summed over its query heads (GQA): the contract of
     backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also this tile's part of dQ, added
-    into dq_desc's fp32 buffer (pre-scaled by softmax_scale). Descriptors as in fwd_sm90."""
+    into dq_desc's fp32 buffer (pre-scaled by softmax_scale). Key tiles of 128 (a 64-key half per
+    warpgroup), or with SPLIT_D of 64 (half the head dim per warpgroup). Descriptors as in fwd_sm90."""
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = WG_M if SPLIT_D else 2 * WG_M
     dtype: gl.constexpr = q_desc.dtype
-    start_n = gl.program_id(0) * (2 * WG_M)
+    start_n = gl.program_id(0) * BLOCK_N
     pid_bhk = gl.program_id(1)
     off_b = pid_bhk // nheads_k
     off_hk = pid_bhk % nheads_k
@@ -252,23 +372,33 @@ def attention_bwd_sm90_kernel(
     else:
         tma_b = off_b
     m_lo, m_full_lo, m_full_hi, m_hi = q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, window_left, window_right,
-                                                           BLOCK_M, 2 * WG_M, HAS_LEFT, HAS_RIGHT)
+                                                           BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     dk_base = dK + off_b.to(gl.int64) * stride_dkb
     dv_base = dV + off_b.to(gl.int64) * stride_dvb
 
-    k_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], v_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, BLOCK_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, BLOCK_D], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], do_desc.layout)
-    if FUSED_DQ:
-        # dSᵀ halves, two buffers x two warpgroups; each warpgroup's dQ columns for its reduce-add
+    if SPLIT_D:
+        # P and dS of the tile ([queries, keys], two buffers), shared by the warpgroups
+        pds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, WG_M], dtype)
+        p_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, WG_M], pds_layout)
+        ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, WG_M], pds_layout)
+    elif FUSED_DQ:
+        # dSᵀ halves, two buffers x two warpgroups
         ds_smem = gl.allocate_shared_memory(dtype, [4, WG_M, BLOCK_M],
                                             gl.NVMMASharedLayout.get_default_for([WG_M, BLOCK_M], dtype))
+        p_smem = ds_smem
+    else:
+        ds_smem = q_smem
+        p_smem = q_smem
+    if FUSED_DQ:
+        # each warpgroup's dQ columns for its reduce-add
         dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, BLOCK_D // 2],
                                             gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_D // 2],
                                                                                  gl.float32))
     else:
-        ds_smem = q_smem
         dq_smem = q_smem
     rows_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_layout)
@@ -278,6 +408,7 @@ def attention_bwd_sm90_kernel(
     do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)
@@ -285,23 +416,24 @@ def attention_bwd_sm90_kernel(
         mbarrier.init(empty.index(i), count=2)
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
+        mbarrier.init(p_ready.index(i), count=2)
 
     gl.warp_specialize([
         (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
                      q_ready, do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, off_b, seqlen_q, tma_b, q_start,
-                     k_start + start_n, off_hk, group, m_lo, m_hi, BLOCK_M, STAGES)),
-        (_consumer, (0, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar, q_ready,
-                     do_ready, empty, ds_ready, dq_desc, tma_b, dk_base, dv_base, AlibiSlopes, stride_dkn, stride_dkh,
-                     stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start, k_start,
-                     start_n, seqlen_q, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale,
+                     k_start + start_n, off_hk, group, m_lo, m_hi, BLOCK_M, BLOCK_N, STAGES)),
+        (_consumer, (0, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
+                     q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dk_base, dv_base, AlibiSlopes,
+                     stride_dkn, stride_dkh, stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start,
+                     k_start, start_n, seqlen_q, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale,
                      window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
-                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ)),
-        (_consumer, (1, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar, q_ready,
-                     do_ready, empty, ds_ready, dq_desc, tma_b, dk_base, dv_base, AlibiSlopes, stride_dkn, stride_dkh,
-                     stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start, k_start,
-                     start_n, seqlen_q, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale,
+                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D)),
+        (_consumer, (1, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
+                     q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dk_base, dv_base, AlibiSlopes,
+                     stride_dkn, stride_dkh, stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start,
+                     k_start, start_n, seqlen_q, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale,
                      window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
-                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ)),
+                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(kv_bar)
@@ -311,6 +443,7 @@ def attention_bwd_sm90_kernel(
         mbarrier.invalidate(empty.index(i))
     for i in gl.static_range(2):
         mbarrier.invalidate(ds_ready.index(i))
+        mbarrier.invalidate(p_ready.index(i))
 
 
 def tuning_for(head_dim: int, opts: AttnOptions) -> dict:
@@ -326,23 +459,26 @@ def can_implement(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 
 # where "auto" takes this kernel: with dQ fused it measured faster than the Triton backward on every cell (head
 # dims 64 and 128, 1k-16k tokens, causal or not; at 128 also fp16, softcap, ALiBi, a 4k window, packed
-# documents; H100, 2026-11-24, benchmarks/NOTES.md)
-AUTO_HEAD_DIMS = (64, 128)
-# except calls with a right window edge (causal) and fewer query rows than this: at 512 the Triton backward
-# was 1.02-1.03x faster (its programs hold few query tiles, so this kernel's pipeline fill shows)
-AUTO_CAUSAL_MIN_ROWS = 1024
+# documents; at 256 1.4-1.9x, bf16; H100, 2026-11-24, benchmarks/NOTES.md)
+AUTO_HEAD_DIMS = (64, 128, 256)
+# except calls with a right window edge (causal) and fewer query rows than this, by head dim: at 512 the Triton
+# backward was 1.02-1.03x faster at head dims 64 and 128 (its programs hold few query tiles, so this kernel's
+# pipeline fill shows); at 256 this kernel was 1.21x faster (fp16, H100)
+AUTO_CAUSAL_MIN_ROWS = {64: 1024, 128: 1024, 256: 0}
+# deterministic calls (the dK/dV-only kernel with the Triton dQ pass) where that measured faster than the
+# Triton backward: 1.2-1.3x at head dim 256; at 64 0.93-0.96x, at 128 0.95-1.04x (H100)
+AUTO_DETERMINISTIC_HEAD_DIMS = (256,)
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     """Why "auto" keeps a call this kernel can run on the Triton kernels."""
-    if q.shape[-1] not in AUTO_HEAD_DIMS:
-        return f"head dim {q.shape[-1]}: not measured faster than the Triton backward (FLASHATTN2_BACKEND=gluon)"
+    head_dim = q.shape[-1]
+    if head_dim not in AUTO_HEAD_DIMS:
+        return f"head dim {head_dim}: not measured faster than the Triton backward (FLASHATTN2_BACKEND=gluon)"
     rows = opts.max_seqlen_q if opts.varlen else q.shape[1]
-    if opts.window_right >= 0 and rows < AUTO_CAUSAL_MIN_ROWS:
+    if opts.window_right >= 0 and rows < AUTO_CAUSAL_MIN_ROWS[head_dim]:
         return f"a right window edge with {rows} query rows: the Triton backward is faster"
-    if opts.deterministic:
-        # the dK/dV-only kernel with the Triton dQ pass: 0.93-0.96x the Triton backward at head dim 64, 0.95-1.04x
-        # at 128 (H100)
+    if opts.deterministic and head_dim not in AUTO_DETERMINISTIC_HEAD_DIMS:
         return "deterministic: the Triton backward is as fast (FLASHATTN2_BACKEND=gluon takes this one)"
     return None
 
@@ -367,7 +503,8 @@ class Sm90Backward:
         named = dict(nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
                      total_k=k.shape[0], softmax_scale=opts.softmax_scale, **opts.kernel_args(), **tuning)
         del named["dropout_p"], named["HAS_DROPOUT"]
-        self.launch = Launch(attention_bwd_sm90_kernel, (cdiv(seqlen_k, BLOCK_N), batch * nheads_k, 1),
+        block_n = WG_M if tuning["SPLIT_D"] else 2 * WG_M  # keys per program
+        self.launch = Launch(attention_bwd_sm90_kernel, (cdiv(seqlen_k, block_n), batch * nheads_k, 1),
                              (*grads[0], *grads[1], lse_sb, lse_sh), named, num_warps=4, num_stages=1,
                              options=dict(maxnreg=MAXNREG))
 
