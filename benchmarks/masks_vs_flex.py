@@ -1,7 +1,8 @@
 """Masked attention against FlexAttention (torch.compile'd), issue 24's mask cells: 32k tokens, head dim
 128, 16 heads, bf16; plain causal, a causal 4k sliding window, and eight packed causal documents (ours
 through flash_attn_varlen_func, Flex through a document mask). Forward and backward timed apart, in the
-same run; TFLOP/s count the (query, key) pairs each mask lets through (4·d flops each forward, 2.5x that
+same run; "batch": the documents as a dense batch of eight causal sequences (what a packed batch could reach).
+TFLOP/s count the (query, key) pairs each mask lets through (4·d flops each forward, 2.5x that
 backward). Writes <out>/<stem>.json and prints a table:
     python benchmarks/masks_vs_flex.py --out benchmarks/results [--stem NAME] [--backends auto triton]"""
 
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch._functorch.config
 import triton
 import triton.testing
 
@@ -26,7 +28,7 @@ def _pairs(mask: str) -> int:
         return n * (n + 1) // 2
     if mask == "window":
         return sum(min(i + 1, WINDOW) for i in range(n))
-    return DOCS * doc * (doc + 1) // 2
+    return DOCS * doc * (doc + 1) // 2  # documents, and the same sequences as a dense batch
 
 
 def _bench(attn, leaves) -> tuple[float, float]:
@@ -59,8 +61,12 @@ def _flex(mask: str):
             keep = keep & (q_idx // doc_len == kv_idx // doc_len)
         return keep
 
-    block_mask = create_block_mask(mask_mod, None, None, TOKENS, TOKENS, device="cuda")
     compiled = torch.compile(flex_attention)
+    if mask == "batch":
+        # the documents as a dense batch of DOCS causal sequences
+        block_mask = create_block_mask(mask_mod, None, None, doc_len, doc_len, device="cuda")
+        return lambda q, k, v: compiled(q, k, v, block_mask=block_mask)
+    block_mask = create_block_mask(mask_mod, None, None, TOKENS, TOKENS, device="cuda")
     return lambda q, k, v: compiled(q, k, v, block_mask=block_mask)
 
 
@@ -69,6 +75,8 @@ def _ours(mask: str):
         cu = torch.arange(0, TOKENS + 1, TOKENS // DOCS, dtype=torch.int32, device="cuda")
         doc = TOKENS // DOCS
         return lambda q, k, v: flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, doc, doc, causal=True)[None]
+    if mask == "batch":
+        return lambda q, k, v: flash_attn_func(q, k, v, causal=True)
     window = (WINDOW - 1, 0) if mask == "window" else (-1, -1)
     return lambda q, k, v: flash_attn_func(q, k, v, causal=True, window_size=window)
 
@@ -79,19 +87,22 @@ def main():
     ap.add_argument("--stem", default=f"{time.strftime('%Y-%m-%d')}_masks_vs_flex")
     ap.add_argument("--backends", nargs="+", default=["auto"], help="flashattn2 backends to time")
     args = ap.parse_args()
+    # Flex's compiled backward donates buffers, which forbids the retain_graph=True the timing loop needs
+    torch._functorch.config.donated_buffer = False
     torch.manual_seed(0)
     # (batch, seqlen, heads, dim) for ours; Flex takes (batch, heads, seqlen, dim)
     q, k, v = (torch.randn(1, TOKENS, HEADS, HDIM, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     rows = []
-    for mask in ("causal", "window", "documents"):
+    for mask in ("causal", "window", "documents", "batch"):
         flops = 4 * HEADS * HDIM * _pairs(mask)
-        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        shaped = [x.view(DOCS, TOKENS // DOCS, HEADS, HDIM) if mask == "batch" else x for x in (q, k, v)]
+        leaves = [x.clone().requires_grad_() for x in shaped]
         timings = {}
         for backend in args.backends:
             flashattn2.set_backend(backend)
             timings[f"flashattn2-{backend}"] = _bench(_ours(mask), leaves)
         flashattn2.set_backend("auto")
-        flex_leaves = [x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v)]
+        flex_leaves = [x.detach().transpose(1, 2).contiguous().requires_grad_() for x in shaped]
         timings["flex"] = _bench(_flex(mask), flex_leaves)
         for name, (fwd, bwd) in timings.items():
             row = dict(mask=mask, impl=name, fwd_ms=fwd, bwd_ms=bwd, fwd_tflops=flops / fwd / 1e9,

@@ -90,10 +90,13 @@ def main():
     ap.add_argument("--set", nargs="*", default=[], help="KEY=VALUE overrides of every variant's tuning")
     ap.add_argument("--extra", action="store_true", help="also the options' cells (EXTRA), bf16")
     ap.add_argument("--hdim", type=int, default=128)
+    ap.add_argument("--grid", action="store_true", help="also the fused kernel with one program per work item")
     ap.add_argument("--variants", nargs="*", default=[], choices=sorted(MORE))
     args = ap.parse_args()
     VARIANTS["fused"] = dict(bwd_sm90.CONFIGS[args.hdim])
     VARIANTS["dkdv"] = dict(bwd_sm90.CONFIGS_DKDV[args.hdim])
+    if args.grid:
+        VARIANTS["fused-grid"] = dict(bwd_sm90.CONFIGS[args.hdim], PERSISTENT=False)
     for kv in args.set:
         key, value = kv.split("=")
         for tuning in VARIANTS.values():

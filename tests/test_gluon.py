@@ -398,6 +398,8 @@ BWD_STRESS = [
     (2, 191, 383, 2, 2, {"softcap": 20.0}),
     (2, 250, 250, 4, 4, {"alibi": True, "causal": True}),
     (1, 4000, 129, 2, 2, {"causal": True, "window_size": (64, -1)}),
+    # more work items than an H100 has SMs: each program of the persistent grid takes several
+    (4, 300, 1500, 8, 4, {}),
 ]
 
 
@@ -429,6 +431,24 @@ def test_gluon_varlen_backward(causal, head_dim, gluon_backend):
     dout = randn(*out.shape, dtype=torch.bfloat16)
     out.backward(dout)
     check_varlen(q, k, v, out, lse, (q.grad, k.grad, v.grad), dout, cu_q, cu_k, causal=causal)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_gluon_backward_grid_is_persistent_without_a_right_window_edge(head_dim, gluon_backend):
+    from flashattn2.kernels import backward, forward
+    from flashattn2.kernels.params import AttnOptions
+
+    q, k, v, dout = (randn(4, 1500, 4, head_dim, dtype=torch.bfloat16) for _ in range(4))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for causal in (False, True):
+        opts = AttnOptions(softmax_scale=0.1, window_right=0 if causal else -1)
+        out, lse, _ = forward.attention_forward(q, k, v, opts)
+        plan = backward.backward_plan(dout, q, k, v, out, lse, opts)
+        work_items = plan.gluon.launch.named["num_tiles"]
+        assert work_items > sms, "the shape should hold more work items than SMs"
+        assert plan.gluon.launch.grid[0] == (work_items if causal else sms)
 
 
 @pytest.mark.gpu

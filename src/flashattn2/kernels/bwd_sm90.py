@@ -40,46 +40,80 @@ from .sm90_common import WG_M, compile_gluon, descriptor, p_layout, sm90_decline
 
 # head dim -> tuning, measured on the H100 (benchmarks/NOTES.md). FUSED_DQ needs query tiles of 64 rows or
 # more (wgmma's M for dQ = dS K); the dK/dV-only kernel (deterministic calls) keeps 32-row tiles.
-CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False),
-           128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=False),
-           256: dict(BLOCK_M=64, STAGES=1, FUSED_DQ=True, SPLIT_D=True)}
-CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False),
-                128: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False),
-                256: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=False, SPLIT_D=True)}
+CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True),
+           128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True),
+           256: dict(BLOCK_M=64, STAGES=1, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True)}
+CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False, PERSISTENT=True),
+                128: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False, PERSISTENT=True),
+                256: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=False, SPLIT_D=True, PERSISTENT=True)}
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(240)
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar, q_ready,
-              do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, off_b, seqlen_q, tma_b, q_row0, k_row, off_hk,
-              group, m_lo, m_hi, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+def _work_item(tile, num_n, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
+               window_right, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr,
+               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
+    """Where work item `tile` lies: (batch, kv head, first key, the sequence's bounds, query ranges).
+    Consecutive items are key tiles of one (batch, kv head), so programs running together share its Q
+    and dO in L2."""
+    start_n = (tile % num_n) * BLOCK_N
+    pid_bhk = tile // num_n
+    off_b = pid_bhk // nheads_k
+    off_hk = pid_bhk % nheads_k
+    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
+                                                           total_q, total_k, IS_VARLEN)
+    m_lo, m_full_lo, m_full_hi, m_hi = q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, window_left, window_right,
+                                                           BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    return off_b, off_hk, start_n, q_start, seqlen_q, k_start, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
+              kv_empty, q_ready, do_ready, empty, Lse, Delta, CuSeqlensQ, CuSeqlensK, stride_lse_b, stride_lse_h,
+              num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k, window_left, window_right,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+              HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
     KV_TILES: gl.constexpr = BLOCK_N // WG_M
-    mbarrier.expect(kv_bar, KV_TILES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
-    for t in gl.static_range(KV_TILES):
-        tma_load(k_desc, [tma_b, k_row + t * WG_M, off_hk, 0], kv_bar, k_smem.index(t))
-        tma_load(v_desc, [tma_b, k_row + t * WG_M, off_hk, 0], kv_bar, v_smem.index(t))
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    it = 0
-    for g in range(0, group):
-        off_h = off_hk * group + g
-        row_off = off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_row0
-        for start_m in range(m_lo, m_hi, BLOCK_M):
-            stage = it % STAGES
-            mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
-            mbarrier.expect(q_ready.index(stage), q_desc.block_type.nbytes)
-            tma_load(q_desc, [tma_b, q_row0 + start_m, off_h, 0], q_ready.index(stage), q_smem.index(stage))
-            mbarrier.expect(do_ready.index(stage), do_desc.block_type.nbytes)
-            tma_load(do_desc, [tma_b, q_row0 + start_m, off_h, 0], do_ready.index(stage), do_smem.index(stage))
-            # the tile's rows of lse (log2 units) and Delta, staged here so that the consumers never wait on
-            # global loads; rows past seqlen_q read lse = +inf, which makes their probabilities exactly 0
-            offs = start_m + gl.arange(0, BLOCK_M, layout=flat)
-            lse = gl.load(Lse + row_off + offs, mask=offs < seqlen_q, other=float("inf"))
-            delta = gl.load(Delta + row_off + offs, mask=offs < seqlen_q, other=0.0)
-            lse_smem.index(stage).store(lse * LOG2E)
-            delta_smem.index(stage).store(delta)
-            mbarrier.arrive(do_ready.index(stage), count=1)
-            it += 1
+    it = 0  # Q/dO ring slot, counted across work items
+    done = 0  # work items loaded, for the K/V barriers' phases
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        off_b, off_hk, start_n, q_row0, n_rows, k_row0, n_keys, m_lo, _, _, m_hi = _work_item(
+            tile, num_n, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
+            window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
+        if start_n < n_keys:  # else a packed sequence shorter than the longest one
+            if IS_VARLEN:
+                tma_b = 0  # packed inputs are one (1, total, heads, head_dim) view
+            else:
+                tma_b = off_b
+            # the consumers free K and V after their last matmul of the previous work item
+            mbarrier.wait(kv_empty, (done & 1) ^ 1)
+            mbarrier.expect(kv_bar, KV_TILES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+            for t in gl.static_range(KV_TILES):
+                tma_load(k_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, 0], kv_bar, k_smem.index(t))
+                tma_load(v_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, 0], kv_bar, v_smem.index(t))
+            for g in range(0, group):
+                off_h = off_hk * group + g
+                row_off = off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_row0
+                for start_m in range(m_lo, m_hi, BLOCK_M):
+                    stage = it % STAGES
+                    mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
+                    mbarrier.expect(q_ready.index(stage), q_desc.block_type.nbytes)
+                    tma_load(q_desc, [tma_b, q_row0 + start_m, off_h, 0], q_ready.index(stage), q_smem.index(stage))
+                    mbarrier.expect(do_ready.index(stage), do_desc.block_type.nbytes)
+                    tma_load(do_desc, [tma_b, q_row0 + start_m, off_h, 0], do_ready.index(stage),
+                             do_smem.index(stage))
+                    # the tile's rows of lse (log2 units) and Delta, staged here so that the consumers never wait
+                    # on global loads; rows past seqlen_q read lse = +inf, which makes their probabilities exactly 0
+                    offs = start_m + gl.arange(0, BLOCK_M, layout=flat)
+                    lse = gl.load(Lse + row_off + offs, mask=offs < n_rows, other=float("inf"))
+                    delta = gl.load(Delta + row_off + offs, mask=offs < n_rows, other=0.0)
+                    lse_smem.index(stage).store(lse * LOG2E)
+                    delta_smem.index(stage).store(delta)
+                    mbarrier.arrive(do_ready.index(stage), count=1)
+                    it += 1
+            done += 1
 
 
 @gluon.jit
@@ -276,69 +310,87 @@ def _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
-              kv_bar, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dK, dV, AlibiSlopes, stride_dkn,
-              stride_dkh, stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start, k_start,
-              start_n, seqlen_q, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale, window_left,
-              window_right, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
-              STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
-              HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr):
+              kv_bar, kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, CuSeqlensQ, CuSeqlensK,
+              AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b,
+              num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale,
+              window_left, window_right, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+              IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
+              SPLIT_D: gl.constexpr):
     # this warpgroup's block of dK and dV: 64 keys of the program's 128 with the whole head dim, or (SPLIT_D)
     # the program's 64 keys with half the head dim's columns
     if SPLIT_D:
-        key0 = start_n
+        key_off: gl.constexpr = 0
         col0: gl.constexpr = WG * (BLOCK_D // 2)
         COLS: gl.constexpr = BLOCK_D // 2
         s_layout: gl.constexpr = wgmma_layout(BLOCK_M // 2)
     else:
-        key0 = start_n + WG * WG_M
+        key_off: gl.constexpr = WG * WG_M
         col0: gl.constexpr = 0
         COLS: gl.constexpr = BLOCK_D
         s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
     o_layout: gl.constexpr = wgmma_layout(COLS)
-    offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
-    dk = gl.zeros([WG_M, COLS], gl.float32, o_layout)
-    dv = gl.zeros([WG_M, COLS], gl.float32, o_layout)
-    mbarrier.wait(kv_bar, 0)
-    it = 0
-    for g in range(0, group):
-        off_h = off_hk * group + g
-        alibi_slope = 0.0
-        if HAS_ALIBI:
-            alibi_slope = gl.load(AlibiSlopes + off_b.to(gl.int64) * stride_alibi_b + off_h) * LOG2E
-        # query tiles the diagonal (window's right edge) or a sequence end crosses, tiles that see the
-        # whole key tile, then tiles cut by the window's left edge
-        for start_m in range(m_lo, m_full_lo, BLOCK_M):
-            dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem,
-                           delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, q_start, off_h,
-                           offs_n, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
-                           softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                           HAS_SOFTCAP, HAS_ALIBI, True, FUSED_DQ, SPLIT_D)
-            it += 1
-        for start_m in range(m_full_lo, m_full_hi, BLOCK_M):
-            dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem,
-                           delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, q_start, off_h,
-                           offs_n, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
-                           softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                           HAS_SOFTCAP, HAS_ALIBI, False, FUSED_DQ, SPLIT_D)
-            it += 1
-        for start_m in range(m_full_hi, m_hi, BLOCK_M):
-            dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem,
-                           delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, q_start, off_h,
-                           offs_n, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
-                           softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                           HAS_SOFTCAP, HAS_ALIBI, True, FUSED_DQ, SPLIT_D)
-            it += 1
+    it = 0  # Q/dO ring slot, counted across work items as the producer counts it
+    done = 0  # work items finished, for the K/V barriers' phases
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        off_b, off_hk, start_n, q_start, n_rows, k_start, n_keys, m_lo, m_full_lo, m_full_hi, m_hi = _work_item(
+            tile, num_n, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
+            window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
+        if start_n < n_keys:
+            if IS_VARLEN:
+                tma_b = 0
+            else:
+                tma_b = off_b
+            key0 = start_n + key_off
+            offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
+            dk = gl.zeros([WG_M, COLS], gl.float32, o_layout)
+            dv = gl.zeros([WG_M, COLS], gl.float32, o_layout)
+            mbarrier.wait(kv_bar, done & 1)
+            for g in range(0, group):
+                off_h = off_hk * group + g
+                alibi_slope = 0.0
+                if HAS_ALIBI:
+                    alibi_slope = gl.load(AlibiSlopes + off_b.to(gl.int64) * stride_alibi_b + off_h) * LOG2E
+                # query tiles the diagonal (window's right edge) or a sequence end crosses, tiles that see the
+                # whole key tile, then tiles cut by the window's left edge
+                for start_m in range(m_lo, m_full_lo, BLOCK_M):
+                    dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem,
+                                   lse_smem, delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b,
+                                   q_start, off_h, offs_n, n_rows, n_keys, qk_scale, softmax_scale, window_left,
+                                   window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES,
+                                   HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, FUSED_DQ, SPLIT_D)
+                    it += 1
+                for start_m in range(m_full_lo, m_full_hi, BLOCK_M):
+                    dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem,
+                                   lse_smem, delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b,
+                                   q_start, off_h, offs_n, n_rows, n_keys, qk_scale, softmax_scale, window_left,
+                                   window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES,
+                                   HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, FUSED_DQ, SPLIT_D)
+                    it += 1
+                for start_m in range(m_full_hi, m_hi, BLOCK_M):
+                    dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem,
+                                   lse_smem, delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b,
+                                   q_start, off_h, offs_n, n_rows, n_keys, qk_scale, softmax_scale, window_left,
+                                   window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES,
+                                   HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, FUSED_DQ, SPLIT_D)
+                    it += 1
+            # every matmul of this warpgroup that read K or V has retired (each step waits for its own): the
+            # producer may load the next work item's while this one's dK and dV go out
+            mbarrier.arrive(kv_empty, count=1)
+            # dK = scale * dSᵀ Q: the softmax scale is applied once, here
+            rows = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, o_layout))
+            cols = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, o_layout))
+            mask = (rows[:, None] < n_keys) & (cols[None, :] < BLOCK_D)
+            rows64 = (k_start + rows).to(gl.int64)[:, None]
+            dk_ptrs = (dK + off_b.to(gl.int64) * stride_dkb + off_hk.to(gl.int64) * stride_dkh + rows64 * stride_dkn
+                       + cols[None, :])
+            gl.store(dk_ptrs, (dk * softmax_scale).to(dK.dtype.element_ty), mask=mask)
+            dv_ptrs = (dV + off_b.to(gl.int64) * stride_dvb + off_hk.to(gl.int64) * stride_dvh + rows64 * stride_dvn
+                       + cols[None, :])
+            gl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=mask)
+            done += 1
     if FUSED_DQ:
         tma_store_wait(0)  # the last reduce-add reads dq_smem until it completes
-    # dK = scale * dSᵀ Q: the softmax scale is applied once, here
-    rows = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, o_layout))
-    cols = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, o_layout))
-    mask = (rows[:, None] < seqlen_k) & (cols[None, :] < BLOCK_D)
-    rows64 = (k_start + rows).to(gl.int64)[:, None]
-    dk_ptrs = dK + off_hk.to(gl.int64) * stride_dkh + rows64 * stride_dkn + cols[None, :]
-    gl.store(dk_ptrs, (dk * softmax_scale).to(dK.dtype.element_ty), mask=mask)
-    dv_ptrs = dV + off_hk.to(gl.int64) * stride_dvh + rows64 * stride_dvn + cols[None, :]
-    gl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=mask)
 
 
 @gluon.jit(do_not_specialize=ROW_COUNTS)
@@ -346,35 +398,23 @@ def attention_bwd_sm90_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
     stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
     stride_alibi_b, nheads, nheads_k, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left,
-    window_right, softcap_in2, softcap_out,
+    window_right, softcap_in2, softcap_out, num_tiles,
     BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
     SPLIT_D: gl.constexpr,
 ):
-    """dK and dV for one key tile of one kv head, summed over its query heads (GQA): the contract of
-    backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also this tile's part of dQ, added
+    """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
+    backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
     into dq_desc's fp32 buffer (pre-scaled by softmax_scale). Key tiles of 128 (a 64-key half per
-    warpgroup), or with SPLIT_D of 64 (half the head dim per warpgroup). Descriptors as in fwd_sm90."""
+    warpgroup), or with SPLIT_D of 64 (half the head dim per warpgroup). The work items are the (key tile,
+    batch x kv head) pairs; program i takes items i, i + grid, ... (a persistent grid when the launch is
+    smaller than the work: the producer then loads the next item's K and V while the consumers write the
+    last one's dK and dV). Descriptors as in fwd_sm90."""
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = WG_M if SPLIT_D else 2 * WG_M
     dtype: gl.constexpr = q_desc.dtype
-    start_n = gl.program_id(0) * BLOCK_N
-    pid_bhk = gl.program_id(1)
-    off_b = pid_bhk // nheads_k
-    off_hk = pid_bhk % nheads_k
-    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                                                           total_q, total_k, IS_VARLEN)
-    if start_n >= seqlen_k:
-        return
+    num_n = gl.cdiv(seqlen_k, BLOCK_N)
     group = nheads // nheads_k
-    if IS_VARLEN:
-        tma_b = 0
-    else:
-        tma_b = off_b
-    m_lo, m_full_lo, m_full_hi, m_hi = q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, window_left, window_right,
-                                                           BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    dk_base = dK + off_b.to(gl.int64) * stride_dkb
-    dv_base = dV + off_b.to(gl.int64) * stride_dvb
 
     k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, BLOCK_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, BLOCK_D], v_desc.layout)
@@ -404,12 +444,14 @@ def attention_bwd_sm90_kernel(
     lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_layout)
     delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], rows_layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
+    mbarrier.init(kv_empty, count=2)
     for i in gl.static_range(STAGES):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(do_ready.index(i), count=2)  # dO's bytes, and the producer's lse and Delta rows
@@ -420,23 +462,25 @@ def attention_bwd_sm90_kernel(
 
     gl.warp_specialize([
         (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
-                     q_ready, do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, off_b, seqlen_q, tma_b, q_start,
-                     k_start + start_n, off_hk, group, m_lo, m_hi, BLOCK_M, BLOCK_N, STAGES)),
+                     kv_empty, q_ready, do_ready, empty, Lse, Delta, CuSeqlensQ, CuSeqlensK, stride_lse_b,
+                     stride_lse_h, num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
+                     window_left, window_right, BLOCK_M, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN)),
         (_consumer, (0, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
-                     q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dk_base, dv_base, AlibiSlopes,
-                     stride_dkn, stride_dkh, stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start,
-                     k_start, start_n, seqlen_q, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale,
-                     window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
-                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D)),
+                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, CuSeqlensQ, CuSeqlensK,
+                     AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
+                     stride_alibi_b, num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
+                     qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_N,
+                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D)),
         (_consumer, (1, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
-                     q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dk_base, dv_base, AlibiSlopes,
-                     stride_dkn, stride_dkh, stride_dvn, stride_dvh, stride_alibi_b, off_b, off_hk, group, q_start,
-                     k_start, start_n, seqlen_q, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi, qk_scale, softmax_scale,
-                     window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
-                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D)),
+                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, CuSeqlensQ, CuSeqlensK,
+                     AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
+                     stride_alibi_b, num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
+                     qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_N,
+                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(kv_bar)
+    mbarrier.invalidate(kv_empty)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(q_ready.index(i))
         mbarrier.invalidate(do_ready.index(i))
@@ -489,7 +533,8 @@ class Sm90Backward:
 
     def __init__(self, dout, q, k, v, lse, opts: AttnOptions) -> None:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
-        tuning = tuning_for(head_dim, opts)
+        tuning = dict(tuning_for(head_dim, opts))
+        persistent = tuning.pop("PERSISTENT")
         self.fused_dq = tuning["FUSED_DQ"]
         self.varlen = opts.varlen
         self.q_block = [1, tuning["BLOCK_M"], 1, head_dim]
@@ -500,11 +545,17 @@ class Sm90Backward:
         self.dq_layout = shared_layout(self.dq_block, torch.float32)
         lse_sb, lse_sh = lse_strides(lse, opts.varlen)
         grads = [row_strides(torch.empty(x.shape, device="meta"), opts.varlen) for x in (k, v)]
+        block_n = WG_M if tuning["SPLIT_D"] else 2 * WG_M  # keys per work item
+        num_tiles = grid = cdiv(seqlen_k, block_n) * batch * nheads_k
+        if persistent and opts.window_right < 0 and not opts.varlen:
+            # one program per SM (the shared memory allows no second), each looping over equal work items;
+            # causal and packed items differ in cost, so those keep one program per item
+            grid = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
         named = dict(nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
-                     total_k=k.shape[0], softmax_scale=opts.softmax_scale, **opts.kernel_args(), **tuning)
+                     total_k=k.shape[0], softmax_scale=opts.softmax_scale, num_tiles=num_tiles,
+                     **opts.kernel_args(), **tuning)
         del named["dropout_p"], named["HAS_DROPOUT"]
-        block_n = WG_M if tuning["SPLIT_D"] else 2 * WG_M  # keys per program
-        self.launch = Launch(attention_bwd_sm90_kernel, (cdiv(seqlen_k, block_n), batch * nheads_k, 1),
+        self.launch = Launch(attention_bwd_sm90_kernel, (max(grid, 1), 1, 1),
                              (*grads[0], *grads[1], lse_sb, lse_sh), named, num_warps=4, num_stages=1,
                              options=dict(maxnreg=MAXNREG))
 
@@ -526,6 +577,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
     constants = dict((CONFIGS if fused else CONFIGS_DKDV)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False)
     constants.update(flags)
+    del constants["PERSISTENT"]  # a launch-grid choice, not a kernel flag
     block_m = constants["BLOCK_M"]
     types = dict(Lse="*fp32", Delta="*fp32", dK="*DTYPE", dV="*DTYPE", CuSeqlensQ="*i32", CuSeqlensK="*i32",
                  AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
