@@ -74,7 +74,7 @@ def _ours(mask: str):
     if mask == "documents":
         cu = torch.arange(0, TOKENS + 1, TOKENS // DOCS, dtype=torch.int32, device="cuda")
         doc = TOKENS // DOCS
-        return lambda q, k, v: flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, doc, doc, causal=True)[None]
+        return lambda q, k, v: flash_attn_varlen_func(q, k, v, cu, cu, doc, doc, causal=True)
     if mask == "batch":
         return lambda q, k, v: flash_attn_func(q, k, v, causal=True)
     window = (WINDOW - 1, 0) if mask == "window" else (-1, -1)
@@ -96,7 +96,9 @@ def main():
     for mask in ("causal", "window", "documents", "batch"):
         flops = 4 * HEADS * HDIM * _pairs(mask)
         shaped = [x.view(DOCS, TOKENS // DOCS, HEADS, HDIM) if mask == "batch" else x for x in (q, k, v)]
-        leaves = [x.clone().requires_grad_() for x in shaped]
+        # a packed batch is (tokens, heads, head_dim) leaves: indexing a batch dimension away would time a
+        # select's backward (zeros and a copy per gradient) as well
+        leaves = [(x[0] if mask == "documents" else x).clone().requires_grad_() for x in shaped]
         timings = {}
         for backend in args.backends:
             flashattn2.set_backend(backend)

@@ -1,18 +1,21 @@
 """Hopper (sm_90) backward in Gluon, in FlashAttention-3's structure.
 
-One program per 128-key tile of one (batch, kv head), in three warp partitions:
-- a producer (the default partition) loads the two 64-key halves of K and V once, then streams
-  (Q, dO) tiles of BLOCK_M query rows, for every query head of the GQA group, through a ring of STAGES
-  shared-memory stages (q_ready / do_ready expect-tx barriers, a count-2 empty barrier);
-- two consumer warpgroups, one per 64-key half, on transposed scores (keys x queries), so that Pᵀ and
-  dSᵀ come out of the S and dP matmuls in the accumulator layout and feed the dV += Pᵀ dO and
-  dK += dSᵀ Q matmuls from registers. dK and dV stay in registers for the whole program.
+Work items are (key tile, batch x kv head) pairs; a program takes one, or (a persistent grid, dense calls
+without a right window edge) loops over several. Three warp partitions:
+- a producer (the default partition) loads the item's K and V once, then streams (Q, dO) tiles of BLOCK_M
+  query rows, for every query head of the GQA group, through a ring of STAGES shared-memory stages
+  (q_ready / do_ready expect-tx barriers, a count-2 empty barrier; kv_empty frees K/V for the next item);
+- two consumer warpgroups on transposed scores (keys x queries), so that Pᵀ and dSᵀ come out of the S and dP
+  matmuls in the accumulator layout. At head dims 64 and 128 the item is 128 keys, one 64-key half per
+  warpgroup, and Pᵀ, dSᵀ feed the dV += Pᵀ dO and dK += dSᵀ Q matmuls from registers. At 256 (SPLIT_D: dK
+  and dV of 64 x 256 do not fit a warpgroup's registers) the item is 64 keys; each warpgroup computes Pᵀ and
+  dSᵀ for half the query rows, shares them through shared memory, and accumulates half of the head dim's
+  columns of dV, dK (and dQ). dK and dV stay in registers for the whole item.
 
-FUSED_DQ (FlashAttention-3's five matmuls per tile pair): each consumer also puts its dSᵀ half in
-shared memory (two buffers, a count-2 ds_ready barrier per buffer), and once both halves are there
-computes its half of dQ's columns, dQ[:, cols] = dS K[:, cols] over all 128 keys, and adds it into an
-fp32 dQ buffer with one bulk (TMA) reduce-add per tile. Without it dQ comes from the portable dQ kernel
-(backward.py): the deterministic path, since reduce-adds land in any order.
+FUSED_DQ (FlashAttention-3's five matmuls per tile pair): the consumers also compute dQ = dS K for the tile,
+each warpgroup half of its columns, and add it into an fp32 dQ buffer with one bulk (TMA) reduce-add per
+tile. Without it dQ comes from the portable dQ kernel (backward.py): the deterministic path, since
+reduce-adds land in any order.
 """
 
 import torch
