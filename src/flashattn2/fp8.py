@@ -14,7 +14,7 @@ import torch
 from .checks import FP8_DTYPE, check_gqa
 from .kernels.common import capability
 from .kernels.params import AttnOptions
-from .ops import _fwd_op_call, _traced, forward
+from .ops import forward, fwd_op_call, is_traced
 
 OUT_DTYPE = torch.bfloat16
 FP8_MAX = 448.0  # the largest finite e4m3fn value
@@ -27,7 +27,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple
     if q.is_cuda and capability(q.get_device()) < (8, 9):
         raise NotImplementedError(f"FP8 attention needs FP8 tensor cores (sm_89 or newer); this GPU is "
                                   f"sm_{''.join(map(str, capability(q.get_device())))}")
-    if _traced(q):  # a custom op: dynamo cannot trace the kernel launches
+    if is_traced(q):  # a custom op: dynamo cannot trace the kernel launches
         return torch.ops.flashattn2.fwd_fp8(q, k, v, *descales, opts.cu_seqlens_q, opts.cu_seqlens_k,
                                             opts.alibi_slopes, opts.max_seqlen_q, opts.max_seqlen_k,
                                             opts.softmax_scale, opts.window_left, opts.window_right, opts.softcap)
@@ -41,8 +41,8 @@ def _fwd_fp8_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: to
                 cu_seqlens_k: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor], max_seqlen_q: int,
                 max_seqlen_k: int, softmax_scale: float, window_left: int, window_right: int,
                 softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
-    _, _, _, opts, _ = _fwd_op_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, None, max_seqlen_q,
-                                    max_seqlen_k, softmax_scale, window_left, window_right, softcap, 0.0, False, False)
+    _, _, _, opts, _ = fwd_op_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, None, max_seqlen_q,
+                                   max_seqlen_k, softmax_scale, window_left, window_right, softcap, 0.0, False, False)
     out, lse, _ = forward(q, k, v, opts, descales=(q_descale, k_descale, v_descale))
     return out, lse
 

@@ -14,7 +14,7 @@ from .kernels import combine as combine_kernels
 from .kernels.kvcache import kvcache_attention
 from .kernels.launch import PlanCache
 from .kernels.params import AttnOptions
-from .ops import _device_guard, _traced
+from .ops import device_guard, is_traced
 from .rotary import rotate
 
 
@@ -137,7 +137,7 @@ def flash_attn_with_kvcache(
             row of the matrix QK^T * scaling (e.g., log of the softmax normalization factor); +inf (and out 0)
             for a row that sees no key.
     """
-    traced = _traced(q)
+    traced = is_traced(q)
     given = (q_descale, k_descale, v_descale)
     key = None if traced else _seen_key(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                                         cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
@@ -216,7 +216,7 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
              block_table, opts: AttnOptions, rotary_interleaved: bool, num_splits: int, plan=None, descales=None):
     """Rotate, append, attend: (out, lse, plan). The op's body, called directly by eager calls: the op's
     dispatch costs more host time than a decode step's kernels."""
-    with _device_guard(q):
+    with device_guard(q):
         if rotary_cos is not None:
             k = rotate(k, rotary_cos, rotary_sin, rotary_interleaved, False, cache_seqlens, None, None, False)
             if opts.window_left >= 0 or opts.window_right >= 0:
