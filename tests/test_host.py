@@ -123,10 +123,10 @@ def test_eager_calls_skip_the_custom_op_and_tracing_uses_it(monkeypatch):
     monkeypatch.setattr(torch.ops.flashattn2, "fwd", spy)
     flashattn2.flash_attn_func(q, k, v, causal=True).sum().backward()
     assert calls == []
-    assert ops._traced(q) is False
+    assert ops.is_traced(q) is False
     with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
         fake = mode.from_tensor(q)
-        assert ops._traced(fake)
+        assert ops.is_traced(fake)
 
 
 def _varlen(total=48, nheads=2, head_dim=32):

@@ -111,9 +111,9 @@ def test_packed_shapes_are_checked():
 
 @pytest.mark.skipif(ON_GPU, reason="CPU tensors are fine on a GPU machine only through the interpreter")
 def test_cpu_tensors_without_interpreter_are_refused(monkeypatch):
-    import flashattn2.interface as interface
+    import flashattn2.checks as checks
 
-    monkeypatch.setattr(interface, "INTERPRET", False)
+    monkeypatch.setattr(checks, "INTERPRET", False)
     with pytest.raises(ValueError, match="TRITON_INTERPRET"):
         flash_attn_func(*qkv(device="cpu"))
 

@@ -10,6 +10,7 @@ import torch
 
 import flashattn2
 from flashattn2 import attention_ref, flash_attn_func, flash_attn_varlen_func
+from flashattn2.checks import attn_options
 from flashattn2.kernels import backends, backward, common, forward
 from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, ON_GPU, assert_close_to_ref, randn, reference_with_grads
 
@@ -56,7 +57,7 @@ def test_long_rows_variant_equals_the_short_one(monkeypatch):
     kw = dict(causal=True, window_size=(50, 0), deterministic=True)
     short = _run(q, k, v, dout, **kw)
     _force_long_rows(monkeypatch)
-    assert forward.forward_plan(q, k, v, flashattn2.interface._options(
+    assert forward.forward_plan(q, k, v, attn_options(
         q, None, None, 0, 0, 0.0, None, True, (50, 0), 0.0, None, True)).attend.named["LONG_ROWS"]
     q2, k2, v2 = (x.detach().clone().requires_grad_() for x in (q, k, v))
     long = _run(q2, k2, v2, dout, **kw)

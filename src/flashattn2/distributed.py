@@ -25,18 +25,20 @@ import torch
 import torch.distributed as dist
 
 from . import ops
-from .interface import _check_heads, _check_tensors, _options, _unit_last_stride, flash_attn_func
+from .checks import (
+    LAYOUTS,
+    attn_options,
+    check_layout,
+    check_ring_features,
+    check_shards,
+    check_ulysses_heads,
+    unit_last_stride,
+)
+from .interface import flash_attn_func
 from .kernels.params import AttnOptions
-
-LAYOUTS = ("zigzag", "contiguous")
 
 # ----------------------------------------------------------------------------------------------
 # layouts
-
-
-def _check_layout(layout: str) -> None:
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 
 
 def rank_chunks(rank: int, world: int, layout: str) -> tuple[int, ...]:
@@ -94,7 +96,7 @@ def shard_sequence(x: torch.Tensor, dim: int = 1, group: dist.ProcessGroup | Non
         (batch_size, seqlen / W, nheads, headdim) for dim=1. ValueError when seqlen is not a multiple of
         2W (zigzag) or W (contiguous).
     """
-    _check_layout(layout)
+    check_layout(layout)
     return _local_shard(x, dim % x.dim(), dist.get_rank(group), dist.get_world_size(group), layout)
 
 
@@ -132,7 +134,7 @@ def unshard_sequence(x_local: torch.Tensor, dim: int = 1, group: dist.ProcessGro
     Return:
         (batch_size, seqlen, nheads, headdim) for dim=1, in the sequence's own order.
     """
-    _check_layout(layout)
+    check_layout(layout)
     _check_same_across_ranks("unshard_sequence", group, x_local=x_local)
     if dist.get_world_size(group) == 1:
         return x_local
@@ -203,14 +205,7 @@ def _check_shards(fn: str, group: dist.ProcessGroup | None, layout: str, q: torc
                   v: torch.Tensor) -> None:
     _check_same_across_ranks(fn, group, q=q, k=k, v=v)
     # from here on every rank's inputs have the same shapes, dtypes and devices: every rank decides alike
-    _check_tensors(q, k, v, 4, "(batch, local_seqlen, nheads, headdim)")
-    _check_heads(q, k, v)
-    if k.shape[:2] != q.shape[:2] or v.shape[:2] != q.shape[:2]:
-        raise ValueError(f"{fn}: q, k and v must be shards of one sequence, with the same (batch, local_seqlen); "
-                         f"got {tuple(q.shape[:2])}, {tuple(k.shape[:2])}, {tuple(v.shape[:2])}")
-    if layout == "zigzag" and q.shape[1] % 2:
-        raise ValueError(f"{fn}: a zigzag shard is two chunks of the sequence, so its length must be even, got "
-                         f"local_seqlen {q.shape[1]}")
+    check_shards(fn, layout, q, k, v)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -395,17 +390,15 @@ def ring_flash_attn_func(
         softmax_lse [optional, if return_attn_probs=True]: (batch_size, nheads, seqlen / W), fp32, the
             logsumexp of this rank's query rows over the whole sequence. The third value is None.
     """
-    _check_layout(layout)
-    if any(int(w) >= 0 for w in window_size) or alibi_slopes is not None:
-        raise NotImplementedError("ring_flash_attn_func supports neither window_size nor alibi_slopes; "
-                                  "ulysses_flash_attn_func supports both")
+    check_layout(layout)
+    check_ring_features(window_size, alibi_slopes)
     _check_shards("ring_flash_attn_func", group, layout, q, k, v)
     if dist.get_world_size(group) == 1:
         return flash_attn_func(q, k, v, 0.0, softmax_scale, causal, softcap=softcap, deterministic=deterministic,
                                return_attn_probs=return_attn_probs)
-    q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
-    opts = _options(q, None, None, q.shape[1], k.shape[1], 0.0, softmax_scale, causal, (-1, -1), softcap, None,
-                    deterministic)
+    q, k, v = unit_last_stride(q), unit_last_stride(k), unit_last_stride(v)
+    opts = attn_options(q, None, None, q.shape[1], k.shape[1], 0.0, softmax_scale, causal, (-1, -1), softcap, None,
+                        deterministic)
     out, lse = _RingFlashAttn.apply(q, k, v, opts, _Ring(group), layout)
     return (out, lse, None) if return_attn_probs else out
 
@@ -496,19 +489,16 @@ def ulysses_flash_attn_func(
         softmax_lse [optional, if return_attn_probs=True]: (batch_size, nheads, seqlen / W), fp32. The
             third value is None.
     """
-    _check_layout(layout)
+    check_layout(layout)
     _check_shards("ulysses_flash_attn_func", group, layout, q, k, v)
     world = dist.get_world_size(group)
     if world == 1:
         return flash_attn_func(q, k, v, 0.0, softmax_scale, causal, window_size, softcap, alibi_slopes,
                                deterministic, return_attn_probs)
     nheads, nheads_k = q.shape[2], k.shape[2]
-    if nheads % world or (nheads_k % world and world % nheads_k):
-        raise ValueError(f"ulysses_flash_attn_func shares the heads among the {world} ranks: nheads ({nheads}) must "
-                         f"be divisible by {world}, and nheads_k ({nheads_k}) too or {world} by it; "
-                         "ring_flash_attn_func takes any head count")
+    check_ulysses_heads(nheads, nheads_k, world)
     # the options against all the heads, before the slopes are cut to this rank's
-    _options(q, None, None, 0, 0, 0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic)
+    attn_options(q, None, None, 0, 0, 0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic)
     if nheads_k < world:  # autograd sums the copies' gradients
         k, v = k.repeat_interleave(world // nheads_k, dim=2), v.repeat_interleave(world // nheads_k, dim=2)
     if alibi_slopes is not None:

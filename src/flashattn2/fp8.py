@@ -11,55 +11,13 @@ from typing import Optional
 
 import torch
 
+from .checks import FP8_DTYPE, check_gqa
 from .kernels.common import capability
 from .kernels.params import AttnOptions
-from .ops import _fwd_op_call, _traced, forward
+from .ops import forward, fwd_op_call, is_traced
 
-FP8_DTYPE = torch.float8_e4m3fn
 OUT_DTYPE = torch.bfloat16
 FP8_MAX = 448.0  # the largest finite e4m3fn value
-
-
-def is_fp8(*tensors) -> bool:
-    return any(isinstance(x, torch.Tensor) and x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2,
-                                                            torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
-               for x in tensors)
-
-
-def check_dtypes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if x.dtype != FP8_DTYPE:
-            if x.dtype in (torch.float8_e5m2, torch.float8_e5m2fnuz, torch.float8_e4m3fnuz):
-                raise TypeError(f"{name} is {x.dtype}: FP8 attention takes torch.float8_e4m3fn (FlashAttention-3's "
-                                "format); e5m2 has too few mantissa bits for q, k and v")
-            raise TypeError(f"FP8 attention needs q, k and v all in torch.float8_e4m3fn, got {q.dtype}, {k.dtype}, "
-                            f"{v.dtype}")
-
-
-def check_descales(q: torch.Tensor, q_descale, k_descale, v_descale, batch: int, nheads_k: int,
-                   requires_grad: bool) -> tuple:
-    """The descales as contiguous (batch, nheads_k) fp32 tensors, after the checks an FP8 call needs."""
-    if q.dtype != FP8_DTYPE:
-        raise TypeError(f"q_descale, k_descale and v_descale apply to float8_e4m3fn inputs, got {q.dtype}")
-    missing = [name for name, x in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))
-               if x is None]
-    if missing:
-        raise ValueError(f"float8_e4m3fn inputs need q_descale, k_descale and v_descale ((batch, nheads_k) "
-                         f"float32); missing: {', '.join(missing)} (flashattn2.quantize_fp8 makes them)")
-    if requires_grad:
-        raise NotImplementedError("FP8 attention is forward only: call it under torch.no_grad() or with tensors "
-                                  "that do not require grad")
-    out = []
-    for name, x in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dtype != torch.float32 or tuple(x.shape) != (batch, nheads_k):
-            raise ValueError(f"{name} must be float32 of shape (batch, nheads_k) = ({batch}, {nheads_k}), got "
-                             f"{x.dtype} {tuple(x.shape)}")
-        if x.device != q.device:
-            raise ValueError(f"{name} must be on {q.device}, got {x.device}")
-        out.append(x.contiguous())  # the kernel indexes them as (batch, nheads_k) rows
-    return tuple(out)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple, opts: AttnOptions):
@@ -69,7 +27,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple
     if q.is_cuda and capability(q.get_device()) < (8, 9):
         raise NotImplementedError(f"FP8 attention needs FP8 tensor cores (sm_89 or newer); this GPU is "
                                   f"sm_{''.join(map(str, capability(q.get_device())))}")
-    if _traced(q):  # a custom op: dynamo cannot trace the kernel launches
+    if is_traced(q):  # a custom op: dynamo cannot trace the kernel launches
         return torch.ops.flashattn2.fwd_fp8(q, k, v, *descales, opts.cu_seqlens_q, opts.cu_seqlens_k,
                                             opts.alibi_slopes, opts.max_seqlen_q, opts.max_seqlen_k,
                                             opts.softmax_scale, opts.window_left, opts.window_right, opts.softcap)
@@ -83,8 +41,8 @@ def _fwd_fp8_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: to
                 cu_seqlens_k: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor], max_seqlen_q: int,
                 max_seqlen_k: int, softmax_scale: float, window_left: int, window_right: int,
                 softcap: float) -> tuple[torch.Tensor, torch.Tensor]:
-    _, _, _, opts, _ = _fwd_op_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, None, max_seqlen_q,
-                                    max_seqlen_k, softmax_scale, window_left, window_right, softcap, 0.0, False, False)
+    _, _, _, opts, _ = fwd_op_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, None, max_seqlen_q,
+                                   max_seqlen_k, softmax_scale, window_left, window_right, softcap, 0.0, False, False)
     out, lse, _ = forward(q, k, v, opts, descales=(q_descale, k_descale, v_descale))
     return out, lse
 
@@ -119,9 +77,7 @@ def quantize_fp8(
         one kv head share a scale (FlashAttention-3's layout of q_descale).
     """
     nheads_k = k.shape[-2]
-    if q.shape[-2] % nheads_k != 0:
-        raise ValueError(f"the number of query heads ({q.shape[-2]}) must be divisible by the number of key/value "
-                         f"heads ({nheads_k})")
+    check_gqa(q.shape[-2], nheads_k)
     out = []
     for x, cu in ((q, cu_seqlens_q), (k, cu_seqlens_k), (v, cu_seqlens_k)):
         amax = _block_amax(x, cu, nheads_k)

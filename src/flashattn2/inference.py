@@ -9,52 +9,13 @@ from typing import Optional
 import torch
 
 from . import fp8
-from .interface import _check_heads, _check_options, _check_tensors, _softmax_scale, _unit_last_stride
+from .checks import attn_options, check_combine, check_descales, check_kvcache, is_fp8, unit_last_stride
 from .kernels import combine as combine_kernels
-from .kernels.common import INTERPRET
 from .kernels.kvcache import kvcache_attention
 from .kernels.launch import PlanCache
 from .kernels.params import AttnOptions
-from .ops import _device_guard, _traced
+from .ops import device_guard, is_traced
 from .rotary import rotate
-
-_OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_MAX_HEAD_DIM = 512
-
-
-def _check_combine(out_partial: torch.Tensor, lse_partial: torch.Tensor, out: torch.Tensor | None,
-                   out_dtype: torch.dtype | None) -> torch.dtype:
-    if not isinstance(out_partial, torch.Tensor) or not isinstance(lse_partial, torch.Tensor):
-        raise TypeError("out_partial and lse_partial must be tensors")
-    if out_partial.dim() != 5:
-        raise ValueError("out_partial must be (num_splits, batch, seqlen, nheads, headdim), "
-                         f"got shape {tuple(out_partial.shape)}")
-    if lse_partial.shape != out_partial.shape[:4]:
-        raise ValueError(f"lse_partial must be (num_splits, batch, seqlen, nheads) = {tuple(out_partial.shape[:4])}, "
-                         f"got {tuple(lse_partial.shape)}")
-    if out_partial.dtype != torch.float32 or lse_partial.dtype != torch.float32:
-        raise TypeError(f"out_partial and lse_partial must be float32, got {out_partial.dtype} and {lse_partial.dtype}")
-    if out_partial.device != lse_partial.device:
-        raise ValueError(f"out_partial and lse_partial are on different devices: {out_partial.device}, "
-                         f"{lse_partial.device}")
-    if not out_partial.is_cuda and not INTERPRET:
-        raise ValueError("flash_attn_combine needs CUDA tensors (CPU tensors only under TRITON_INTERPRET=1)")
-    if out_partial.shape[-1] > _MAX_HEAD_DIM:
-        raise ValueError(f"head dim {out_partial.shape[-1]} above {_MAX_HEAD_DIM}")
-    dtype = out_dtype if out_dtype is not None else (out.dtype if out is not None else out_partial.dtype)
-    if dtype not in _OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {_OUT_DTYPES}, got {dtype}")
-    if out is not None:
-        if out.shape != out_partial.shape[1:]:
-            raise ValueError(f"out must be (batch, seqlen, nheads, headdim) = {tuple(out_partial.shape[1:])}, "
-                             f"got {tuple(out.shape)}")
-        if out.dtype != dtype:
-            raise TypeError(f"out has dtype {out.dtype}, but out_dtype is {dtype}")
-        if out.device != out_partial.device:
-            raise ValueError(f"out is on {out.device}, out_partial on {out_partial.device}")
-        if out.stride(-1) != 1:
-            raise ValueError("out must have a contiguous last dimension")
-    return dtype
 
 
 def flash_attn_combine(
@@ -76,7 +37,7 @@ def flash_attn_combine(
         out: (batch_size, seqlen, nheads, headdim) in out_dtype; 0 where every part is empty.
         softmax_lse: (batch_size, seqlen, nheads), float32; -inf where every part is empty.
     """
-    dtype = _check_combine(out_partial, lse_partial, out, out_dtype)
+    dtype = check_combine(out_partial, lse_partial, out, out_dtype)
     if out_partial.stride(-1) != 1:
         out_partial = out_partial.contiguous()
     _, batch, seqlen, nheads, head_dim = out_partial.shape
@@ -92,98 +53,6 @@ def flash_attn_combine(
 
 # ----------------------------------------------------------------------------------------------
 # flash_attn_with_kvcache
-
-
-def _check_index(name: str, x, batch: int, device: torch.device) -> None:
-    if x is None:
-        return
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.int32 or tuple(x.shape) != (batch,):
-        raise ValueError(f"{name} must be a ({batch},) int32 tensor, got {tuple(x.shape)} {x.dtype}")
-    if x.device != device:
-        raise ValueError(f"{name} must be on {device}, got {x.device}")
-
-
-def _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-                   block_table, num_splits, is_fp8: bool = False) -> None:
-    """Shapes, dtypes and devices on the host; the values of the index tensors are checked on the GPU."""
-    _check_tensors(q, k_cache, v_cache, 4, "(batch, seqlen, nheads, headdim)", is_fp8)
-    _check_heads(q, k_cache, v_cache)
-    batch, seqlen_q, _, head_dim = q.shape
-    if k_cache.shape != v_cache.shape:
-        what = "page_block_size" if block_table is not None and k_cache.shape[1] != v_cache.shape[1] else "shape"
-        raise ValueError(f"k_cache and v_cache must have the same {what}, got {tuple(k_cache.shape)} and "
-                         f"{tuple(v_cache.shape)}")
-    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
-        raise ValueError("k_cache and v_cache must have a contiguous last dimension (they are written in place)")
-    if block_table is not None:
-        if not isinstance(block_table, torch.Tensor):
-            raise TypeError(f"block_table must be a torch.Tensor, got {type(block_table).__name__}")
-        if block_table.dtype != torch.int32 or block_table.dim() != 2:
-            raise ValueError(f"block_table must be a (batch, max_num_blocks_per_seq) int32 tensor, got "
-                             f"{tuple(block_table.shape)} {block_table.dtype}")
-        if block_table.device != q.device:
-            raise ValueError(f"block_table must be on {q.device}, got {block_table.device}")
-        if block_table.stride(-1) != 1:
-            raise ValueError("block_table must have a contiguous last dimension")
-        rows = block_table.shape[0]
-        if (rows < batch and cache_batch_idx is None) or block_table.shape[1] == 0:
-            raise ValueError(f"block_table has {rows} rows and {block_table.shape[1]} columns for a batch of {batch}")
-        capacity = block_table.shape[1] * k_cache.shape[1]
-    else:
-        if cache_batch_idx is None and k_cache.shape[0] < batch:
-            raise ValueError(f"k_cache has {k_cache.shape[0]} batch rows for a batch of {batch} (pass "
-                             "cache_batch_idx to pick rows)")
-        capacity = k_cache.shape[1]
-    if (k is None) != (v is None):
-        raise ValueError("k and v must be given together (the new keys and values to append)")
-    if k is not None:
-        for name, x in (("k", k), ("v", v)):
-            if not isinstance(x, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-            expected = (batch, k.shape[1], k_cache.shape[2], head_dim)
-            if tuple(x.shape) != expected:
-                raise ValueError(f"{name} must be (batch, seqlen_new, nheads_k, headdim) = {expected}, got "
-                                 f"{tuple(x.shape)}")
-            if x.dtype != q.dtype or x.device != q.device:
-                raise ValueError(f"{name} must be {q.dtype} on {q.device}, got {x.dtype} on {x.device}")
-        if cache_seqlens is None:
-            raise ValueError("appending k and v needs cache_seqlens: where each sequence's new rows go")
-        if k.shape[1] > capacity:
-            raise ValueError(f"seqlen_new {k.shape[1]} is larger than the cache capacity {capacity}")
-    if (rotary_cos is None) != (rotary_sin is None):
-        raise ValueError("rotary_cos and rotary_sin must be given together")
-    if rotary_cos is not None:
-        if k is None:
-            raise ValueError("rotary_cos/rotary_sin need k and v: the rotary embedding is applied to the new keys "
-                             "and to q")
-        if rotary_cos.dim() != 2 or rotary_cos.shape != rotary_sin.shape:
-            raise ValueError(f"rotary_cos and rotary_sin must both be (seqlen_ro, rotary_dim / 2), got "
-                             f"{tuple(rotary_cos.shape)} and {tuple(rotary_sin.shape)}")
-        rotary_dim = 2 * rotary_cos.shape[1]
-        if rotary_dim % 16 != 0 or rotary_dim == 0 or rotary_dim > head_dim:
-            raise ValueError(f"rotary_dim (2 * rotary_cos.shape[1] = {rotary_dim}) must be a positive multiple of "
-                             f"16 and at most headdim {head_dim}")
-        if rotary_cos.shape[0] < capacity:
-            raise ValueError(f"rotary_cos/rotary_sin have {rotary_cos.shape[0]} positions, fewer than the cache "
-                             f"capacity {capacity}")
-        if rotary_cos.device != q.device or rotary_sin.device != q.device:
-            raise ValueError(f"rotary_cos and rotary_sin must be on {q.device}")
-        if rotary_cos.dtype != rotary_sin.dtype or not rotary_cos.dtype.is_floating_point:
-            raise TypeError(f"rotary_cos and rotary_sin must share a floating dtype, got {rotary_cos.dtype} and "
-                            f"{rotary_sin.dtype}")
-    if isinstance(cache_seqlens, torch.Tensor):
-        _check_index("cache_seqlens", cache_seqlens, batch, q.device)
-    elif cache_seqlens is not None and not isinstance(cache_seqlens, int):
-        raise TypeError(f"cache_seqlens must be an int or a ({batch},) int32 tensor, got "
-                        f"{type(cache_seqlens).__name__}")
-    elif isinstance(cache_seqlens, int) and not 0 <= cache_seqlens <= capacity - (0 if k is None else k.shape[1]):
-        raise ValueError(f"cache_seqlens {cache_seqlens} + seqlen_new is past the cache capacity {capacity}")
-    _check_index("cache_batch_idx", cache_batch_idx, batch, q.device)
-    _check_index("cache_leftpad", cache_leftpad, batch, q.device)
-    if not isinstance(num_splits, int) or num_splits < 0:
-        raise ValueError(f"num_splits must be an int >= 0 (0: a heuristic), got {num_splits!r}")
 
 
 def flash_attn_with_kvcache(
@@ -268,7 +137,7 @@ def flash_attn_with_kvcache(
             row of the matrix QK^T * scaling (e.g., log of the softmax normalization factor); +inf (and out 0)
             for a row that sees no key.
     """
-    traced = _traced(q)
+    traced = is_traced(q)
     given = (q_descale, k_descale, v_descale)
     key = None if traced else _seen_key(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                                         cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
@@ -278,22 +147,16 @@ def flash_attn_with_kvcache(
     plan = None
     descales = None if q_descale is None and k_descale is None and v_descale is None else given
     if seen is None:
-        is_fp8 = descales is not None or fp8.is_fp8(q, k_cache, v_cache)
-        _check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
-                       cache_leftpad, block_table, num_splits, is_fp8)
-        if is_fp8:
-            if rotary_cos is not None:
-                raise NotImplementedError("rotary_cos/rotary_sin with FP8 inputs: rotate q and k before they are "
-                                          "quantised (flashattn2.rotary.apply_rotary_emb)")
-            descales = fp8.check_descales(q, *given, q.shape[0], k_cache.shape[2], False)
-        batch, _, nheads, head_dim = q.shape
-        window_left, window_right, softcap, _, alibi_slopes = _check_options(q, batch, nheads, 0.0, causal,
-                                                                             window_size, softcap, alibi_slopes)
-        opts = AttnOptions(_softmax_scale(softmax_scale, head_dim), window_left, window_right, softcap,
-                           alibi_slopes=alibi_slopes)
-        q = _unit_last_stride(q)
+        fp8_call = descales is not None or is_fp8(q, k_cache, v_cache)
+        check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                      cache_leftpad, block_table, num_splits, fp8_call)
+        if fp8_call:
+            descales = check_descales(q, *given, q.shape[0], k_cache.shape[2], False)
+        opts = attn_options(q, None, None, 0, 0, 0.0, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                            False)
+        q = unit_last_stride(q)
         if k is not None:
-            k, v = _unit_last_stride(k), _unit_last_stride(v)
+            k, v = unit_last_stride(k), unit_last_stride(v)
     else:
         opts, plan = seen
         opts = opts._replace(alibi_slopes=alibi_slopes)
@@ -353,7 +216,7 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
              block_table, opts: AttnOptions, rotary_interleaved: bool, num_splits: int, plan=None, descales=None):
     """Rotate, append, attend: (out, lse, plan). The op's body, called directly by eager calls: the op's
     dispatch costs more host time than a decode step's kernels."""
-    with _device_guard(q):
+    with device_guard(q):
         if rotary_cos is not None:
             k = rotate(k, rotary_cos, rotary_sin, rotary_interleaved, False, cache_seqlens, None, None, False)
             if opts.window_left >= 0 or opts.window_right >= 0:

@@ -1,155 +1,35 @@
-"""The flash_attn-compatible API: argument checks and layouts, then ops.attention (autograd, tracing).
+"""The flash_attn-compatible API: argument checks (checks.py) and layouts, then ops.attention (autograd,
+tracing), with a cache of the dense calls that passed the checks.
 
-Everything here is checked on the host from shapes, dtypes and devices, with no device-to-host sync;
+Everything is checked on the host from shapes, dtypes and devices, with no device-to-host sync;
 the values of cu_seqlens are checked on the GPU (kernels/cu_seqlens.py).
 """
 
-import math
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 
 from . import fp8
+from .checks import (
+    MAX_HEAD_DIM,  # noqa: F401 (public here before checks.py)
+    attn_options,
+    check_dense,
+    check_descales,
+    check_packed,
+    check_paged_varlen,
+    check_varlen,
+    is_fp8_call,
+    unit_last_stride,
+)
 from .kernels import backends
 from .kernels.backends import forward_plan
-from .kernels.common import INTERPRET
 from .kernels.kvcache import kvcache_attention
 from .kernels.launch import PlanCache, align
 from .kernels.params import AttnOptions
 from .ops import attention
 
-MAX_HEAD_DIM = 256
-_SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-
-
-# ----------------------------------------------------------------------------------------------
-# argument checks
-
-
-def _unit_last_stride(x: torch.Tensor) -> torch.Tensor:
-    # any layout works as long as the head dim is contiguous; copy only when it is not
-    return x if x.stride(-1) == 1 else x.contiguous()
-
-
-def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ndim: int, layout: str,
-                   is_fp8: bool = False) -> None:
-    # written out rather than looped: this runs on every call
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != ndim:
-            raise ValueError(f"{name} must have {ndim} dimensions {layout}, got shape {tuple(x.shape)}")
-    dtype = q.dtype
-    if is_fp8:
-        fp8.check_dtypes(q, k, v)
-    elif dtype not in _SUPPORTED_DTYPES:
-        raise TypeError(f"flashattn2 supports float16 and bfloat16 inputs (and float8_e4m3fn with descales), got "
-                        f"q.dtype={dtype}")
-    if k.dtype != dtype or v.dtype != dtype:
-        raise TypeError(f"q, k and v must share one dtype, got {dtype}, {k.dtype}, {v.dtype}")
-    device = q.device
-    if k.device != device or v.device != device:
-        raise ValueError(f"q, k and v must be on one device, got {device}, {k.device}, {v.device}")
-    if device.type != "cuda":
-        if device.type != "cpu":
-            raise ValueError(f"flashattn2 runs on CUDA devices (or the CPU interpreter), got {device}")
-        if not INTERPRET:
-            raise ValueError("CPU tensors run only through the Triton interpreter: set TRITON_INTERPRET=1 "
-                             "before importing flashattn2, or move the tensors to a CUDA device")
-
-
-def _check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Head counts and head dims, from the last two dimensions of dense or packed tensors."""
-    nheads, head_dim = q.shape[-2], q.shape[-1]
-    nheads_k = k.shape[-2]
-    if v.shape[-2] != nheads_k:
-        raise ValueError(f"k and v must have the same number of heads, got {nheads_k} and {v.shape[-2]}")
-    if k.shape[-1] != head_dim or v.shape[-1] != head_dim:
-        raise ValueError(f"head dims differ: q {head_dim}, k {k.shape[-1]}, v {v.shape[-1]}")
-    if head_dim > MAX_HEAD_DIM or head_dim < 1:
-        raise ValueError(f"head dim must be between 1 and {MAX_HEAD_DIM}, got {head_dim}")
-    if nheads_k == 0 or nheads % nheads_k != 0:
-        raise ValueError(f"the number of query heads ({nheads}) must be divisible by the number of "
-                         f"key/value heads ({nheads_k})")
-
-
-def _softmax_scale(softmax_scale: float | None, head_dim: int) -> float:
-    if softmax_scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    softmax_scale = float(softmax_scale)
-    if not (math.isfinite(softmax_scale) and softmax_scale > 0.0):
-        raise ValueError(f"softmax_scale must be a positive finite number, got {softmax_scale}")
-    return softmax_scale
-
-
-def _check_options(q: torch.Tensor, batch: int, nheads: int, dropout_p: float, causal: bool,
-                   window_size: Sequence[int], softcap: float, alibi_slopes: torch.Tensor | None,
-                   ) -> tuple[int, int, float, float, torch.Tensor | None]:
-    """Validate the features; returns (window_left, window_right, softcap, dropout_p, alibi_slopes)."""
-    dropout_p = float(dropout_p)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
-    if window_size == (-1, -1):  # the default, and nearly every call
-        left = right = -1
-    else:
-        if isinstance(window_size, (str, bytes)) or len(window_size) != 2:
-            raise ValueError(f"window_size must be a pair (left, right), got {window_size!r}")
-        # -1 (any negative) is unbounded; causal is the window's right edge at the diagonal
-        left, right = max(int(window_size[0]), -1), max(int(window_size[1]), -1)
-    if causal:
-        right = 0
-    softcap = float(softcap)
-    if not (math.isfinite(softcap) and softcap >= 0.0):
-        raise ValueError(f"softcap must be a finite number >= 0, got {softcap}")
-    if alibi_slopes is not None:
-        if not isinstance(alibi_slopes, torch.Tensor):
-            raise TypeError(f"alibi_slopes must be a torch.Tensor, got {type(alibi_slopes).__name__}")
-        if alibi_slopes.dtype != torch.float32:
-            raise TypeError(f"alibi_slopes must be float32, got {alibi_slopes.dtype}")
-        if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
-            raise ValueError(f"alibi_slopes must have shape (nheads,) = ({nheads},) or (batch, nheads) = "
-                             f"({batch}, {nheads}), got {tuple(alibi_slopes.shape)}")
-        if alibi_slopes.device != q.device:
-            raise ValueError(f"alibi_slopes must be on {q.device}, got {alibi_slopes.device}")
-        alibi_slopes = _unit_last_stride(alibi_slopes)
-    return left, right, softcap, dropout_p, alibi_slopes
-
-
-def _check_cu_seqlens(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
-                      max_seqlen_k: int, q: torch.Tensor) -> None:
-    """Shapes and types here; the values are checked on the device (kernels/cu_seqlens.py)."""
-    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        if not isinstance(cu, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")
-        if cu.dtype != torch.int32:
-            raise TypeError(f"{name} must be int32, got {cu.dtype}")
-        if cu.dim() != 1 or cu.shape[0] < 1:
-            raise ValueError(f"{name} must have shape (batch + 1,), got {tuple(cu.shape)}")
-        if cu.device != q.device:
-            raise ValueError(f"{name} must be on {q.device}, got {cu.device}")
-    if cu_seqlens_q.shape != cu_seqlens_k.shape:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have the same length, got "
-                         f"{cu_seqlens_q.shape[0]} and {cu_seqlens_k.shape[0]}")
-    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {m!r}")
-
-
 # ----------------------------------------------------------------------------------------------
 # public API (flash_attn 2.x names, argument order, defaults and return values)
-
-
-def _options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
-             window_size, softcap, alibi_slopes, deterministic) -> AttnOptions:
-    """The checked options of a call (its dropout seed is drawn in _run, per call)."""
-    batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
-    left, right, softcap, dropout_p, alibi_slopes = _check_options(
-        q, batch, q.shape[-2], dropout_p, bool(causal), window_size, softcap, alibi_slopes)
-    return AttnOptions(softmax_scale=_softmax_scale(softmax_scale, q.shape[-1]), window_left=left,
-                       window_right=right, softcap=softcap, dropout_p=dropout_p, alibi_slopes=alibi_slopes,
-                       cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
-                       max_seqlen_k=max_seqlen_k, deterministic=bool(deterministic))
 
 
 def _run(q, k, v, opts: AttnOptions, return_attn_probs, plan=None):
@@ -165,21 +45,17 @@ def _run(q, k, v, opts: AttnOptions, return_attn_probs, plan=None):
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, descales=None):
     """Shared by every public function once the layout (dense or packed) has been checked."""
-    opts = _options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
-                    window_size, softcap, alibi_slopes, deterministic)
+    opts = attn_options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                        window_size, softcap, alibi_slopes, deterministic)
     if descales is not None:
         return _run_fp8(q, k, v, opts, descales, return_attn_probs)
     return _run(q, k, v, opts, return_attn_probs)
 
 
-def _is_fp8_call(q, k, v, q_descale, k_descale, v_descale) -> bool:
-    return q_descale is not None or k_descale is not None or v_descale is not None or fp8.is_fp8(q, k, v)
-
-
 def _run_fp8(q, k, v, opts: AttnOptions, descales: tuple, return_attn_probs: bool):
     batch = q.shape[0] if opts.cu_seqlens_q is None else opts.cu_seqlens_q.shape[0] - 1
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    descales = fp8.check_descales(q, *descales, batch, k.shape[-2], grad)
+    descales = check_descales(q, *descales, batch, k.shape[-2], grad)
     out, lse = fp8.attention(q, k, v, descales, opts)
     return (out, lse, None) if return_attn_probs else out
 
@@ -270,19 +146,13 @@ def flash_attn_func(
         seen = _seen.get(key)
         if seen is not None:
             return _run(q, k, v, *seen)
-    is_fp8 = _is_fp8_call(q, k, v, q_descale, k_descale, v_descale)
-    _check_tensors(q, k, v, 4, "(batch, seqlen, nheads, headdim)", is_fp8)
-    batch, seqlen_k = q.shape[0], k.shape[1]
-    if k.shape[0] != batch or v.shape[0] != batch:
-        raise ValueError(f"batch sizes differ: q {batch}, k {k.shape[0]}, v {v.shape[0]}")
-    if v.shape[1] != seqlen_k:
-        raise ValueError(f"k and v must have the same seqlen, got {seqlen_k} and {v.shape[1]}")
-    _check_heads(q, k, v)
+    is_fp8 = is_fp8_call(q, k, v, q_descale, k_descale, v_descale)
+    check_dense(q, k, v, is_fp8)
     # a copy made here for a non-unit last stride would not match the key's tensors
     remember = key is not None and not is_fp8 and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
-    q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
-    opts = _options(q, None, None, q.shape[1], seqlen_k, dropout_p, softmax_scale, causal, window_size, softcap,
-                    alibi_slopes, deterministic)
+    q, k, v = unit_last_stride(q), unit_last_stride(k), unit_last_stride(v)
+    opts = attn_options(q, None, None, q.shape[1], k.shape[1], dropout_p, softmax_scale, causal, window_size,
+                        softcap, alibi_slopes, deterministic)
     if is_fp8:
         return _run_fp8(q, k, v, opts, (q_descale, k_descale, v_descale), return_attn_probs)
     plan = None
@@ -315,7 +185,7 @@ def flash_attn_qkvpacked_func(
         qkv: (batch_size, seqlen, 3, nheads, headdim)
         Other arguments and the return values are those of flash_attn_func.
     """
-    _check_packed("qkv", qkv, 5, 3, "(batch, seqlen, 3, nheads, headdim)")
+    check_packed("qkv", qkv, 5, 3, "(batch, seqlen, 3, nheads, headdim)")
     q, k, v = qkv.unbind(dim=2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                            deterministic, return_attn_probs)
@@ -345,17 +215,10 @@ def flash_attn_kvpacked_func(
         kv: (batch_size, seqlen, 2, nheads_k, headdim)
         Other arguments and the return values are those of flash_attn_func.
     """
-    _check_packed("kv", kv, 5, 2, "(batch, seqlen, 2, nheads_k, headdim)")
+    check_packed("kv", kv, 5, 2, "(batch, seqlen, 2, nheads_k, headdim)")
     k, v = kv.unbind(dim=2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                            deterministic, return_attn_probs)
-
-
-def _check_packed(name: str, x: torch.Tensor, ndim: int, count: int, layout: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != ndim or x.shape[-3] != count:
-        raise ValueError(f"{name} must have shape {layout}, got {tuple(x.shape)}")
 
 
 def flash_attn_varlen_func(
@@ -412,52 +275,27 @@ def flash_attn_varlen_func(
         S_dmask [optional, if return_attn_probs=True]: (batch_size, nheads, max_seqlen_q, max_seqlen_k),
             flash_attn's encoding (see flash_attn_func); None when dropout_p == 0.
     """
-    is_fp8 = _is_fp8_call(q, k, v, q_descale, k_descale, v_descale)
+    is_fp8 = is_fp8_call(q, k, v, q_descale, k_descale, v_descale)
     if block_table is not None:
-        if is_fp8:
-            raise NotImplementedError("FP8 with block_table: use flash_attn_with_kvcache for an FP8 paged cache")
-        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-                             softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table)
-    _check_tensors(q, k, v, 3, "(total, nheads, headdim)", is_fp8)
-    if v.shape[0] != k.shape[0]:
-        raise ValueError(f"k and v must have the same number of rows, got {k.shape[0]} and {v.shape[0]}")
-    _check_heads(q, k, v)
-    _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q)
-    q, k, v = _unit_last_stride(q), _unit_last_stride(k), _unit_last_stride(v)
+        check_paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, block_table,
+                           is_fp8)
+        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                             window_size, softcap, alibi_slopes, return_attn_probs, block_table)
+    check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_fp8)
+    q, k, v = unit_last_stride(q), unit_last_stride(k), unit_last_stride(v)
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                       softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
                       (q_descale, k_descale, v_descale) if is_fp8 else None)
 
 
-def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                   window_size, softcap, alibi_slopes, return_attn_probs, block_table):
-    """flash_attn_varlen_func over a paged KV cache: the KV-cache kernels with the lengths of cu_seqlens_k."""
-    if dropout_p != 0.0:
-        raise NotImplementedError("dropout with block_table: the paged KV cache is for inference (dropout_p=0)")
-    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
-        raise NotImplementedError("block_table (paged KV cache) is forward only: call it under torch.no_grad() "
-                                  "or with tensors that do not require grad")
-    for name, x, ndim in (("q", q, 3), ("k", k, 4), ("v", v, 4)):
-        if not isinstance(x, torch.Tensor) or x.dim() != ndim:
-            layout = "(total_q, nheads, headdim)" if ndim == 3 else "(num_blocks, page_block_size, nheads_k, headdim)"
-            raise ValueError(f"with block_table, {name} must be {layout}")
-    _check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q)
-    q_dense = q.unsqueeze(0)  # the shared checks read (batch, seqlen, heads, dim)
-    _check_tensors(q_dense, k, v, 4, "")
-    _check_heads(q, k, v)
-    if k.shape != v.shape:
-        raise ValueError(f"k and v page pools must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2:
-        raise ValueError("block_table must be a (batch_size, max_num_blocks_per_seq) int32 tensor")
-    batch = cu_seqlens_q.shape[0] - 1
-    if block_table.shape[0] != batch or block_table.device != q.device or block_table.stride(-1) != 1:
-        raise ValueError(f"block_table must be ({batch}, max_num_blocks_per_seq), contiguous, on {q.device}")
-    if k.stride(-1) != 1 or v.stride(-1) != 1:
-        raise ValueError("k and v page pools must have a contiguous last dimension")
-    opts = _options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, causal, window_size,
-                    softcap, alibi_slopes, False)
+    """flash_attn_varlen_func over a paged KV cache (checked): the KV-cache kernels with the lengths of
+    cu_seqlens_k."""
+    opts = attn_options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, causal,
+                        window_size, softcap, alibi_slopes, False)
     seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
-    out, lse, _ = kvcache_attention(_unit_last_stride(q), k, v, None, None, seqlens_k, None, None, block_table,
+    out, lse, _ = kvcache_attention(unit_last_stride(q), k, v, None, None, seqlens_k, None, None, block_table,
                                     opts, 0)
     return (out, lse, None) if return_attn_probs else out
 
@@ -487,7 +325,7 @@ def flash_attn_varlen_qkvpacked_func(
         max_seqlen: int. Maximum sequence length in the batch.
         Other arguments and the return values are those of flash_attn_varlen_func.
     """
-    _check_packed("qkv", qkv, 4, 3, "(total, 3, nheads, headdim)")
+    check_packed("qkv", qkv, 4, 3, "(total, 3, nheads, headdim)")
     q, k, v = qkv.unbind(dim=1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
@@ -520,7 +358,7 @@ def flash_attn_varlen_kvpacked_func(
         kv: (total_k, 2, nheads_k, headdim), where total_k = total number of key tokens in the batch.
         Other arguments and the return values are those of flash_attn_varlen_func.
     """
-    _check_packed("kv", kv, 4, 2, "(total, 2, nheads_k, headdim)")
+    check_packed("kv", kv, 4, 2, "(total, 2, nheads_k, headdim)")
     k, v = kv.unbind(dim=1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
@@ -556,8 +394,8 @@ def attention_backend(
 ) -> BackendChoice:
     """Which kernels flash_attn_func(q, k, v, ...) with these arguments runs on, forward and backward
     (the backward's gradient assumed laid out like q). Packed (varlen) calls follow the same rules."""
-    opts = _options(q, None, None, q.shape[1], k.shape[1], dropout_p, softmax_scale, causal, window_size, softcap,
-                    alibi_slopes, False)
+    opts = attn_options(q, None, None, q.shape[1], k.shape[1], dropout_p, softmax_scale, causal, window_size,
+                        softcap, alibi_slopes, False)
     fwd, fwd_why = backends.forward_backend(q, k, v, opts, bool(return_attn_probs and opts.dropout_p > 0))
     bwd, bwd_why = backends.backward_backend(q, q, k, v, opts)
     reasons = [f"{half}: {why}" for half, why in (("forward", fwd_why), ("backward", bwd_why)) if why]

@@ -7,7 +7,7 @@
   microseconds per call, which is why eager calls do not take that road.
 
 Both forms take the call's options as one AttnOptions; the ops flatten it into their schema and
-rebuild it by name (_fwd_op_call).
+rebuild it by name (fwd_op_call).
 """
 
 import contextlib
@@ -24,8 +24,8 @@ from .kernels.launch import align
 from .kernels.params import AttnOptions
 
 
-def _device_guard(x: torch.Tensor):
-    # the kernels launch on the current device; tensors on another one need it switched
+def device_guard(x: torch.Tensor):
+    """A context that makes x's device current (the kernels launch on the current device), else a no-op."""
     if x.is_cuda and x.get_device() != torch.cuda.current_device():
         return torch.cuda.device(x.device)
     return contextlib.nullcontext()
@@ -36,7 +36,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions
     """(out, lse, probs or None), no autograd. descales: FP8 inputs' (q, k, v) factors (fp8.py)."""
     plan = plan or forward_plan(q, k, v, opts, return_probs)
     args = (q, k, v, opts) if descales is None else (q, k, v, opts, descales)
-    with _device_guard(q):
+    with device_guard(q):
         if not opts.varlen:
             return plan(*args)
         cu_seqlens.raise_pending(q.device)
@@ -59,7 +59,7 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         plan = fwd_plan.backward_plans.get(key)
         if plan is None:
             plan = fwd_plan.backward_plans[key] = backward_plan(dout, q, k, v, out, lse, opts)
-    with _device_guard(q):
+    with device_guard(q):
         if not opts.varlen:
             return plan(dout, q, k, v, out, lse, opts)
         cu_seqlens.raise_pending(q.device)
@@ -90,7 +90,7 @@ class _FlashAttn(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
-def _traced(q: torch.Tensor) -> bool:
+def is_traced(q: torch.Tensor) -> bool:
     """True where the custom ops must stand in: torch.compile, fake or wrapped tensors, dispatch modes."""
     return (torch.compiler.is_compiling() or type(q) is not torch.Tensor
             or torch._C._len_torch_dispatch_stack() > 0)
@@ -100,7 +100,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptio
               plan: ForwardPlan | None = None):
     """(out, lse, probs or None) with autograd through out; lse and probs carry no gradient. `plan` is
     forward_plan's for these inputs, where the caller has it already."""
-    if _traced(q):
+    if is_traced(q):
         out, lse, probs = torch.ops.flashattn2.fwd(q, k, v, *opts.tensors(), *_op_scalars(opts), return_probs)
         return out, lse, probs if return_probs else None
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
@@ -112,8 +112,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptio
 # the custom ops, for tracing. Their schema is flat; the tensors come first in TENSOR_FIELDS order.
 
 
-def _fwd_op_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, max_seqlen_q, max_seqlen_k,
-                 softmax_scale, window_left, window_right, softcap, dropout_p, deterministic, return_probs):
+def fwd_op_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, max_seqlen_q, max_seqlen_k,
+                softmax_scale, window_left, window_right, softcap, dropout_p, deterministic, return_probs):
     """The forward op's inputs, by name: (q, k, v, opts, return_probs)."""
     opts = AttnOptions(softmax_scale=softmax_scale, window_left=window_left, window_right=window_right,
                        softcap=softcap, dropout_p=dropout_p, alibi_slopes=alibi_slopes, rng_seed=rng_seed,
@@ -122,11 +122,11 @@ def _fwd_op_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, ma
     return q, k, v, opts, return_probs
 
 
-_FWD_OP_INPUTS = len(inspect.signature(_fwd_op_call).parameters)
+_FWD_OP_INPUTS = len(inspect.signature(fwd_op_call).parameters)
 
 
 def _op_scalars(opts: AttnOptions) -> tuple:
-    """The ops' arguments after the tensors, in _fwd_op_call's order (less return_probs)."""
+    """The ops' arguments after the tensors, in fwd_op_call's order (less return_probs)."""
     return (opts.max_seqlen_q, opts.max_seqlen_k, opts.softmax_scale, opts.window_left, opts.window_right,
             opts.softcap, opts.dropout_p, opts.deterministic)
 
@@ -137,7 +137,7 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Opt
             rng_seed: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float,
             window_left: int, window_right: int, softcap: float, dropout_p: float, deterministic: bool,
             return_probs: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    out, lse, probs = forward(*_fwd_op_call(
+    out, lse, probs = forward(*fwd_op_call(
         q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, max_seqlen_q, max_seqlen_k, softmax_scale,
         window_left, window_right, softcap, dropout_p, deterministic, return_probs))
     return out, lse, probs if probs is not None else q.new_empty(0)
@@ -165,9 +165,9 @@ def _bwd_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
             alibi_slopes: Optional[torch.Tensor], rng_seed: Optional[torch.Tensor], max_seqlen_q: int,
             max_seqlen_k: int, softmax_scale: float, window_left: int, window_right: int, softcap: float,
             dropout_p: float, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _, _, _, opts, _ = _fwd_op_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, max_seqlen_q,
-                                    max_seqlen_k, softmax_scale, window_left, window_right, softcap, dropout_p,
-                                    deterministic, False)
+    _, _, _, opts, _ = fwd_op_call(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, max_seqlen_q,
+                                   max_seqlen_k, softmax_scale, window_left, window_right, softcap, dropout_p,
+                                   deterministic, False)
     return backward(dout, q, k, v, out, lse, opts)
 
 
@@ -179,7 +179,7 @@ def _bwd_fake(dout, q, k, v, out, lse, *args):
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, opts, _ = _fwd_op_call(*inputs)
+    q, k, v, opts, _ = fwd_op_call(*inputs)
     out, lse, probs = output
     ctx.save_for_backward(q, k, v, out, lse, *opts.tensors())
     ctx.opts = opts.with_tensors((None,) * len(opts.tensors()))  # the saved ones come back in backward

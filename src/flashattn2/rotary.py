@@ -3,45 +3,8 @@ the KV-cache API applies to queries and new keys, usable on its own."""
 
 import torch
 
+from .checks import check_rotary
 from .kernels import rotary as rotary_kernels
-from .kernels.common import INTERPRET
-
-
-def _check(x, cos, sin, seqlen_offsets, cu_seqlens, max_seqlen) -> None:
-    if cu_seqlens is None:
-        if x.dim() != 4:
-            raise ValueError(f"x must be (batch, seqlen, nheads, headdim), got shape {tuple(x.shape)}")
-    else:
-        if x.dim() != 3:
-            raise ValueError(f"with cu_seqlens, x must be (total_seqlen, nheads, headdim), got {tuple(x.shape)}")
-        if cu_seqlens.dtype != torch.int32 or cu_seqlens.dim() != 1:
-            raise ValueError("cu_seqlens must be a 1-D int32 tensor")
-        if max_seqlen is None:
-            raise ValueError("max_seqlen is required with cu_seqlens")
-    if cos.shape != sin.shape or cos.dim() != 2:
-        raise ValueError(f"cos and sin must both be (seqlen_rotary, rotary_dim / 2), got {tuple(cos.shape)} and "
-                         f"{tuple(sin.shape)}")
-    rotary_dim = 2 * cos.shape[1]
-    if rotary_dim > x.shape[-1]:
-        raise ValueError(f"rotary_dim {rotary_dim} (2 * cos.shape[1]) exceeds headdim {x.shape[-1]}")
-    if cos.dtype != sin.dtype:
-        raise TypeError(f"cos and sin dtypes differ: {cos.dtype}, {sin.dtype}")
-    if not x.dtype.is_floating_point or not cos.dtype.is_floating_point:
-        raise TypeError(f"x, cos and sin must be floating point, got {x.dtype} and {cos.dtype}")
-    devices = {x.device, cos.device, sin.device}
-    if isinstance(seqlen_offsets, torch.Tensor):
-        devices.add(seqlen_offsets.device)
-        batch = x.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
-        if seqlen_offsets.shape != (batch,) or seqlen_offsets.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"seqlen_offsets must be an int or a ({batch},) int32/int64 tensor")
-    if cu_seqlens is not None:
-        devices.add(cu_seqlens.device)
-    if len(devices) != 1:
-        raise ValueError(f"tensors on different devices: {sorted(map(str, devices))}")
-    if x.stride(-1) != 1:
-        raise ValueError("x must have a contiguous last dimension")
-    if x.device.type != "cuda" and not INTERPRET:
-        raise ValueError("apply_rotary_emb needs CUDA tensors (CPU tensors only under TRITON_INTERPRET=1)")
 
 
 def rotate(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, max_seqlen, conjugate):
@@ -114,5 +77,5 @@ def apply_rotary_emb(
     rotary_dim must be <= headdim
     Apply rotary embedding to the first rotary_dim of x. Positions past seqlen_rotary are left as they are.
     """
-    _check(x, cos, sin, seqlen_offsets, cu_seqlens, max_seqlen)
+    check_rotary(x, cos, sin, seqlen_offsets, cu_seqlens, max_seqlen)
     return _ApplyRotaryEmb.apply(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, max_seqlen)

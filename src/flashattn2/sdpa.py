@@ -2,6 +2,7 @@
 
 import torch
 
+from .checks import check_sdpa
 from .interface import flash_attn_func
 
 
@@ -32,19 +33,7 @@ def scaled_dot_product_attention(
     The usual transposed views (e.g. (batch, L, nheads, headdim) projections viewed as (batch, nheads, L,
     headdim)) go to the kernels without a copy.
     """
-    if attn_mask is not None:
-        raise NotImplementedError(
-            "flashattn2.scaled_dot_product_attention does not take attn_mask: use is_causal=True for causal "
-            "masks, flash_attn_func(window_size=...) for sliding windows, or flash_attn_varlen_func for padding "
-            "and packed sequences")
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != 4:
-            raise ValueError(f"{name} must be (batch, heads, seqlen, headdim), got shape {tuple(x.shape)}")
-    if key.shape[1] != query.shape[1] and not enable_gqa:
-        raise ValueError(f"query has {query.shape[1]} heads and key/value {key.shape[1]}: pass enable_gqa=True for "
-                         "grouped-query attention")
+    check_sdpa(query, key, value, attn_mask, enable_gqa)
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     window = (-1, -1)
     seqlen_q, seqlen_k = q.shape[1], k.shape[1]

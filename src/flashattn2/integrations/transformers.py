@@ -16,22 +16,21 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
 from ..bert_padding import pad_input, unpad_input
+from ..checks import SUPPORTED_DTYPES, check_transformers_call
 from ..interface import flash_attn_func, flash_attn_varlen_func
 
 ATTN_IMPLEMENTATION = "fa2_triton"
-
-_SUPPORTED = (torch.float16, torch.bfloat16)
 
 
 def _target_dtype(query: torch.Tensor, module: torch.nn.Module) -> torch.dtype:
     """Half-precision inputs stay; fp32 ones (e.g. layer norms kept in fp32) go to the autocast dtype or the
     weights' half dtype, as transformers does for FlashAttention."""
-    if query.dtype in _SUPPORTED:
+    if query.dtype in SUPPORTED_DTYPES:
         return query.dtype
     if torch.is_autocast_enabled(query.device.type):
         return torch.get_autocast_dtype(query.device.type)
     for param in module.parameters():
-        if param.dtype in _SUPPORTED:
+        if param.dtype in SUPPORTED_DTYPES:
             return param.dtype
     raise TypeError(f"flashattn2 computes in float16 or bfloat16; the attention inputs are {query.dtype} and the "
                     "module has no half-precision weights to follow: load the model in bfloat16 or use autocast")
@@ -58,16 +57,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract: query (batch, heads, L, dim), key/value (batch, heads_k, S,
     dim); returns ((batch, L, heads, dim), None)."""
-    if kwargs.get("output_attentions", False):
-        raise NotImplementedError("flashattn2 does not return attention weights (output_attentions=True): use "
-                                  "attn_implementation='eager' for them")
-    if kwargs.get("s_aux") is not None:
-        raise NotImplementedError("attention sinks (s_aux) are not supported by flashattn2")
-    if attention_mask is not None and attention_mask.dim() != 2:
-        raise ValueError(f"flashattn2 takes the 2-D padding mask its registered mask function builds, got a "
-                         f"{attention_mask.dim()}-D mask: was the model's mask built for another implementation?")
-    if value.shape[-1] != query.shape[-1]:
-        raise NotImplementedError(f"value head dim {value.shape[-1]} differs from the query's {query.shape[-1]}")
+    check_transformers_call(query, value, attention_mask, kwargs)
     batch, _, seqlen_q, _ = query.shape
     dtype = _target_dtype(query, module)
     q, k, v = (x.transpose(1, 2).to(dtype) for x in (query, key, value))
