@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,12 +28,16 @@ from flashattn2.bench import (
 from flashattn2.bench.core import fresh_triton_cache
 from flashattn2.bench.report import default_stem, device_slug, stdout_line
 
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+# the scripts import one another by name, as they do when run as python benchmarks/<name>.py
+sys.path.insert(0, str(BENCHMARKS))
+
 
 def _script(name: str):
     """A script of benchmarks/ (report and plot formatting, kept outside the package) as a module."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    path = BENCHMARKS / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
