@@ -3,7 +3,7 @@
     python benchmarks/plot_bench.py benchmarks/results/STEM.json [...]
 
 writes STEM.png beside each file: for a `python -m flashattn2.bench` result, TFLOP/s against seqlen
-per (head dim, causal) and mode with the memory panel; for a `python -m flashattn2.bench.features`
+per (head dim, causal) and mode with the memory panel; for a `python benchmarks/bench_features.py`
 result (`*_features.json`), forward and backward ms per feature row.
 """
 

@@ -56,8 +56,12 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
 
 
 def collect_meta(
-    device_name: str, argv: Sequence[str] | None = None, extra: Mapping[str, Any] | None = None
+    device_name: str,
+    argv: Sequence[str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    prog: str = "python -m flashattn2.bench",
 ) -> dict[str, Any]:
+    """Device, versions, date, commit and the command line (prog and argv) of a run, plus extra."""
     import torch
 
     try:
@@ -75,7 +79,7 @@ def collect_meta(
         "python": platform.python_version(),
         "date_utc": now.strftime("%Y-%m-%d %H:%M:%S UTC"),
         "git_commit": git_commit(),
-        "command": "python -m flashattn2.bench" + (" " + shlex.join(argv) if argv else ""),
+        "command": prog + (" " + shlex.join(argv) if argv else ""),
     }
     meta.update(extra or {})
     return meta
