@@ -3,7 +3,7 @@
     python benchmarks/plot_bench.py benchmarks/results/STEM.json [...]
 
 writes STEM.png beside each file: for a `python -m flashattn2.bench` result, TFLOP/s against seqlen
-per (head dim, causal) and mode with the memory panel; for a `python -m flashattn2.bench.features`
+per (head dim, causal) and mode with the memory panel; for a `python benchmarks/bench_features.py`
 result (`*_features.json`), forward and backward ms per feature row.
 """
 
@@ -20,7 +20,8 @@ matplotlib.use("Agg")  # headless: no display on benchmark machines
 import matplotlib.pyplot as plt  # noqa: E402
 
 from flashattn2.bench.core import MODES, OURS  # noqa: E402
-from flashattn2.bench.report import _seqlen_label, impl_names  # noqa: E402
+from flashattn2.bench.report import impl_names  # noqa: E402
+from report_bench import seqlen_label  # noqa: E402  (beside this script: the one copy of the label)
 
 MAX_PNG_BYTES = 1_000_000
 
@@ -143,7 +144,7 @@ def _seqlen_axis(ax: Any, seqlens: Sequence[int]) -> None:
     ax.set_xscale("log", base=2)
     ax.minorticks_off()
     if seqlens:
-        ax.set_xticks(list(seqlens), [_seqlen_label(s) for s in seqlens])
+        ax.set_xticks(list(seqlens), [seqlen_label(s) for s in seqlens])
 
 
 def write_feature_plot(path: str | Path, rows: Sequence[Mapping[str, Any]], device: str) -> Path:

@@ -19,13 +19,12 @@ from typing import Any
 from flashattn2.bench.core import OURS
 from flashattn2.bench.report import (
     NA,
-    _fmt_mib,
-    _fmt_s,
-    _seqlen_label,
-    _table,
+    fmt_mib,
     fmt_ratio,
+    fmt_s,
     fmt_tflops,
     markdown_table,
+    pipe_table,
     ratio,
 )
 
@@ -48,7 +47,7 @@ def memory_table(memory: Mapping[str, Any] | None, heading_level: int = 3) -> st
             names.setdefault(n, None)
     header = ["seqlen", "q+k+v", *names]
     body = [
-        [str(r["seqlen"]), f"{r['qkv_mib']:.1f}", *(_fmt_mib(r["mib"].get(n)) for n in names)]
+        [str(r["seqlen"]), f"{r['qkv_mib']:.1f}", *(fmt_mib(r["mib"].get(n)) for n in names)]
         for r in memory["rows"]
     ]
     title = (
@@ -56,9 +55,7 @@ def memory_table(memory: Mapping[str, Any] | None, heading_level: int = 3) -> st
         f"batch {memory['batch']}, {memory['nheads']} heads, hdim {memory['headdim']}, non-causal\n\n"
         "Peak allocated during the call minus allocated before it (inputs and dout already there).\n\n"
     )
-    return title + _table(header, body, 0) + "\n"
-
-
+    return title + pipe_table(header, body, 0) + "\n"
 
 
 def notes_section(rows: Sequence[Mapping[str, Any]], memory: Mapping[str, Any] | None = None) -> str:
@@ -80,10 +77,13 @@ def notes_section(rows: Sequence[Mapping[str, Any]], memory: Mapping[str, Any] |
     return "\n".join(lines) + "\n"
 
 
+def seqlen_label(seqlen: int) -> str:
+    """1024 -> '1k', 512 -> '512' (how the README and the plots name seqlens)."""
+    return f"{seqlen // 1024}k" if seqlen >= 1024 and seqlen % 1024 == 0 else str(seqlen)
 
 
 def _span_label(span: tuple[int, int]) -> str:
-    return f"{_seqlen_label(span[0])}-{_seqlen_label(span[1])}"
+    return f"{seqlen_label(span[0])}-{seqlen_label(span[1])}"
 
 
 def _stored_ratio(row: Mapping[str, Any], peer: str) -> float | None:
@@ -143,7 +143,7 @@ def ratio_table(
             worst = [v for m in ("fwd", "bwd") for v in _ratios_in(group, m, "sdpa-cudnn", short_span)]
             short = fmt_ratio(min(worst)) if worst else NA
         body.append([dtype, str(hdim), "yes" if causal else "no", *cells, short])
-    return _table(header, body, 3) + "\n"
+    return pipe_table(header, body, 3) + "\n"
 
 
 def tflops_table(
@@ -166,7 +166,7 @@ def tflops_table(
         for d, m, c, s in order
         if (d, m, c, s) in picked
     ]
-    return _table(header, body, 3) + "\n"
+    return pipe_table(header, body, 3) + "\n"
 
 
 def meta_line(meta: Mapping[str, Any]) -> str:
@@ -207,8 +207,6 @@ def summary_markdown(results: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
-
-
 def first_call_table(
     first_call: Sequence[Mapping[str, Any]] | None, cold_cache: bool | None = None, heading_level: int = 3
 ) -> str:
@@ -224,7 +222,7 @@ def first_call_table(
     header = ["dtype", "hdim", "causal", "seqlen", "first fwd (s)", "first bwd (s)"]
     body = [
         [e["dtype"], str(e["hdim"]), "yes" if e["causal"] else "no", str(e["seqlen"])]
-        + [_fmt_s(e["fwd_s"]), _fmt_s(e["bwd_s"])]
+        + [fmt_s(e["fwd_s"]), fmt_s(e["bwd_s"])]
         for e in first_call
     ]
     title = (
@@ -239,9 +237,7 @@ def first_call_table(
         for e in first_call
         if e.get("note")
     ]
-    return title + _table(header, body, 3) + "\n" + ("\n" + "\n".join(failed) + "\n" if failed else "")
-
-
+    return title + pipe_table(header, body, 3) + "\n" + ("\n" + "\n".join(failed) + "\n" if failed else "")
 
 
 def markdown_report(
@@ -271,8 +267,6 @@ def markdown_report(
     if notes:
         lines.append(notes)
     return "\n".join(lines)
-
-
 
 
 def write_markdown(

@@ -1,4 +1,4 @@
-"""Markdown of a bench.context_parallel result: times per method, scaling efficiency, errors, topology.
+"""Markdown of a bench_context_parallel.py result: times per method, scaling efficiency, errors, topology.
 Writes <result>.md beside the JSON.
 
     python benchmarks/report_context_parallel.py benchmarks/results/<stem>_context_parallel.json

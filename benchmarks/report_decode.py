@@ -1,4 +1,4 @@
-"""Markdown and plot of a decode benchmark result (python -m flashattn2.bench.decode's JSON): the bandwidth table,
+"""Markdown and plot of a decode benchmark result (python benchmarks/bench_decode.py's JSON): the bandwidth table,
 and effective bandwidth (share of the copy bandwidth) against cache length.
 
     python benchmarks/report_decode.py benchmarks/results/<stem>_decode.json   # writes <stem>_decode.md and .png
@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from flashattn2.bench.decode import HDIM, NHEADS  # noqa: E402
+from bench_decode import HDIM, NHEADS  # noqa: E402
 
 
 def markdown(result: dict) -> str:

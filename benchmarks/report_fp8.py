@@ -1,4 +1,4 @@
-"""Markdown and PNG of a bench.fp8 result: the speed and accuracy tables, and TFLOP/s of the FP8 and bf16
+"""Markdown and PNG of a bench_fp8.py result: the speed and accuracy tables, and TFLOP/s of the FP8 and bf16
 forwards by seqlen, one panel per head dim. Writes <result>.md and <result>.png beside the JSON.
 
     python benchmarks/report_fp8.py benchmarks/results/2026-11-23_h100_fp8.json
@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def markdown(result: dict) -> str:
     mm = result["matmul"]
-    # the setup of bench.fp8 (recorded in the metadata since 2026-11-23's run)
+    # the setup of bench_fp8.py (recorded in the metadata since 2026-11-23's run)
     tokens, hidden = result["meta"].get("tokens_per_batch", 16384), result["meta"].get("hidden", 2048)
     lines = ["# FP8 attention forward", ""] + [f"- {k}: {v}" for k, v in result["meta"].items()] + [
         "", f"Same run: FP8 matmul (torch._scaled_mm, {mm['n']}^3) {mm['fp8_tflops']:.0f} TFLOP/s, bf16 matmul "
@@ -24,7 +24,7 @@ def markdown(result: dict) -> str:
         "| head dim | causal | seqlen | FP8 (ours) | bf16 (ours) | FP8 / bf16 | FP8 / FP8 matmul |",
         "|---:|:-:|---:|---:|---:|---:|---:|"]
     first = result["speed"][0]
-    laid = "fp8_v_laid_tflops" in first  # bench.fp8's columns on 2026-11-23 (d2911cb): V passed pre-laid
+    laid = "fp8_v_laid_tflops" in first  # bench_fp8.py's columns on 2026-11-23 (d2911cb): V passed pre-laid
     triton = "fp8_triton_tflops" in first
     if laid:
         lines[-2:] = [

@@ -1,4 +1,4 @@
-"""Markdown table and bar chart of a host-overhead result set (python -m flashattn2.bench.overhead's JSON).
+"""Markdown table and bar chart of a host-overhead result set (python benchmarks/bench_overhead.py's JSON).
 
     python benchmarks/report_overhead.py benchmarks/results/2026-11-22_h200_overhead.json [more.json ...]
 

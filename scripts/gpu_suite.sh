@@ -2,7 +2,7 @@
 # Everything the GPU has to confirm, in one go: the whole test suite on compiled kernels (the
 # interpreter never shows races or bounds errors), then the benchmark. Results land in $OUT.
 #   bash scripts/gpu_suite.sh [--no-bench] [extra args for python -m flashattn2.bench]
-# then python -m flashattn2.bench.features (the training features' costs).
+# then python benchmarks/bench_features.py (the training features' costs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn2-gpu}
@@ -16,7 +16,7 @@ status=${PIPESTATUS[0]}
 if [ "${1:-}" != "--no-bench" ]; then
   python3 -m flashattn2.bench --out-dir "$OUT" "$@" 2>&1 | tee "$OUT/bench.log" | tail -n 60
   ls "$OUT"/*.json | grep -v _features | xargs python3 benchmarks/report_bench.py 2>&1 | tee -a "$OUT/bench.log"
-  python3 -m flashattn2.bench.features --out-dir "$OUT" 2>&1 | tee -a "$OUT/bench.log" | tail -n 20
+  python3 benchmarks/bench_features.py --out-dir "$OUT" 2>&1 | tee -a "$OUT/bench.log" | tail -n 20
   python3 benchmarks/plot_bench.py "$OUT"/*.json 2>&1 | tee -a "$OUT/bench.log"
 fi
 exit "$status"

@@ -2,13 +2,17 @@
 replay), bf16 d128, 32 query heads. Run on a GPU: python scripts/kvcache_paged_sweep.py"""
 
 import json
+import sys
+from pathlib import Path
 
 import torch
 import triton.testing
 
 from flashattn2 import flash_attn_with_kvcache, inference
-from flashattn2.bench.decode import _paged as paged
 from flashattn2.kernels import kvcache
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the decode benchmark's paged cache
+from bench_decode import paged  # noqa: E402
 
 
 def gbps(q, kp, vp, table, seqlen, splits, gb):

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,12 +28,16 @@ from flashattn2.bench import (
 from flashattn2.bench.core import fresh_triton_cache
 from flashattn2.bench.report import default_stem, device_slug, stdout_line
 
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+# the scripts import one another by name, as they do when run as python benchmarks/<name>.py
+sys.path.insert(0, str(BENCHMARKS))
+
 
 def _script(name: str):
     """A script of benchmarks/ (report and plot formatting, kept outside the package) as a module."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    path = BENCHMARKS / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -382,7 +387,7 @@ def test_cli_glue_on_cpu(monkeypatch, tmp_path, capsys) -> None:
 
 
 def test_feature_report_files(tmp_path):
-    from flashattn2.bench.features import write
+    write = _script("bench_features").write
 
     rows = [{"feature": "window", "variant": "causal", "fwd_ms": 2.0, "bwd_ms": 5.0},
             {"feature": "window", "variant": "causal + window (1024, 0)", "fwd_ms": 0.3, "bwd_ms": 0.8}]
@@ -394,7 +399,7 @@ def test_feature_report_files(tmp_path):
 
 
 def test_feature_plot_from_the_result_file(tmp_path):
-    from flashattn2.bench.features import write
+    write = _script("bench_features").write
 
     rows = [{"feature": "window", "variant": "causal", "fwd_ms": 2.0, "bwd_ms": 5.0}]
     paths = write(rows, {"device": "test device"}, tmp_path, "stem")
@@ -578,6 +583,16 @@ def test_fresh_triton_cache_restores_the_variable(monkeypatch) -> None:
     with fresh_triton_cache() as path:
         assert os.environ["TRITON_CACHE_DIR"] == path and os.path.isdir(path)
     assert "TRITON_CACHE_DIR" not in os.environ and not os.path.exists(path)
+
+
+@pytest.mark.parametrize("script", ["bench_context_parallel", "bench_decode", "bench_features", "bench_fp8",
+                                    "bench_overhead"])
+def test_benchmark_scripts_help(script, capsys):
+    """The benchmark scripts of benchmarks/ import (the package's public API, the kept bench helpers) and parse."""
+    with pytest.raises(SystemExit) as exit_:
+        _script(script).main(["--help"])
+    assert exit_.value.code == 0
+    assert f"python benchmarks/{script}.py" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("script,stem", [

@@ -19,8 +19,18 @@ def qkv(batch=1, seqlen_q=8, seqlen_k=8, nheads=2, nheads_k=2, head_dim=32, dtyp
 
 def test_public_api_names():
     for name in ("flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_combine",
-                 "apply_rotary_emb", "attention_backend", "set_backend"):
+                 "apply_rotary_emb", "attention_backend", "set_backend", "get_backend"):
         assert callable(getattr(flashattn2, name))
+
+
+def test_get_backend_reads_set_backend():
+    before = flashattn2.get_backend()
+    try:
+        flashattn2.set_backend("triton")
+        assert flashattn2.get_backend() == "triton"
+    finally:
+        flashattn2.set_backend(before)
+    assert flashattn2.get_backend() == before
 
 
 @pytest.mark.parametrize("make,error,match", [

@@ -15,6 +15,7 @@ from .interface import (
     flash_attn_varlen_func,
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
+    get_backend,
     set_backend,
 )
 from .reference import attention_ref
@@ -40,5 +41,6 @@ __all__ = [
     "attention_ref",
     "attention_backend",
     "set_backend",
+    "get_backend",
     "__version__",
 ]

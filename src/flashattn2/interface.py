@@ -372,6 +372,11 @@ def set_backend(name: str) -> None:
     _seen.clear()
 
 
+def get_backend() -> str:
+    """The choice set_backend (or FLASHATTN2_BACKEND) made: "auto", "gluon" or "triton"."""
+    return backends.get_backend()
+
+
 class BackendChoice(NamedTuple):
     """What attention_backend() says: the kernels of each half, and why a half is not on Gluon."""
 

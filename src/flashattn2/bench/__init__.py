@@ -6,6 +6,9 @@ Command line: ``python -m flashattn2.bench --help``. Programmatic use::
     rows = run_suite(make_shapes([64], [32], [False], ["fp16"], total_tokens=64, hidden=64),
                      modes=["fwd", "bwd"], peers=None, device="cpu")
     print(markdown_table(rows))
+
+The other benchmarks are scripts in benchmarks/ (python benchmarks/bench_features.py, ...); they use the
+package's public API and, from here, collect_meta, default_stem and time_call.
 """
 
 from .core import (
@@ -26,6 +29,7 @@ from .core import (
     run_suite,
     shape_flops,
     tflops_per_s,
+    time_call,
 )
 from .report import collect_meta, default_stem, markdown_table, write_json
 
@@ -50,5 +54,6 @@ __all__ = [
     "run_suite",
     "shape_flops",
     "tflops_per_s",
+    "time_call",
     "write_json",
 ]

@@ -233,9 +233,8 @@ class Impl:
 @contextlib.contextmanager
 def _triton_backend() -> Iterator[None]:
     import flashattn2
-    from flashattn2.kernels import backends
 
-    before = backends.get_backend()
+    before = flashattn2.get_backend()
     flashattn2.set_backend("triton")
     try:
         yield

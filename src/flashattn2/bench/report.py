@@ -56,8 +56,12 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
 
 
 def collect_meta(
-    device_name: str, argv: Sequence[str] | None = None, extra: Mapping[str, Any] | None = None
+    device_name: str,
+    argv: Sequence[str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    prog: str = "python -m flashattn2.bench",
 ) -> dict[str, Any]:
+    """Device, versions, date, commit and the command line (prog and argv) of a run, plus extra."""
     import torch
 
     try:
@@ -75,7 +79,7 @@ def collect_meta(
         "python": platform.python_version(),
         "date_utc": now.strftime("%Y-%m-%d %H:%M:%S UTC"),
         "git_commit": git_commit(),
-        "command": "python -m flashattn2.bench" + (" " + shlex.join(argv) if argv else ""),
+        "command": prog + (" " + shlex.join(argv) if argv else ""),
     }
     meta.update(extra or {})
     return meta
@@ -135,7 +139,8 @@ def _ratio_peers(
     return [p for p in impls if p != OURS and measured(p)] or default
 
 
-def _table(header: Sequence[str], body: Iterable[Sequence[str]], right_from: int = 0) -> str:
+def pipe_table(header: Sequence[str], body: Iterable[Sequence[str]], right_from: int = 0) -> str:
+    """A markdown pipe table; columns from right_from on are right-aligned."""
     lines = ["| " + " | ".join(header) + " |"]
     lines.append("|" + "|".join("---:" if i >= right_from else "---" for i in range(len(header))) + "|")
     lines += ["| " + " | ".join(cells) + " |" for cells in body]
@@ -179,30 +184,25 @@ def markdown_table(
             ]
             for r in group
         ]
-        parts.append(f"{'#' * heading_level} {dtype} {mode} (TFLOP/s)\n\n" + _table(header, body, 2))
+        parts.append(f"{'#' * heading_level} {dtype} {mode} (TFLOP/s)\n\n" + pipe_table(header, body, 2))
     return "\n\n".join(parts) + "\n"
 
 
-def _fmt_mib(x: float | None) -> str:
-    return NA if x is None else f"{x:.1f}"
+# ------------------------------------------------------------------------------------- stdout lines
 
 
-# ------------------------------------------------------------------------------------ summary tables
-
-
-def _seqlen_label(seqlen: int) -> str:
-    """1024 -> '1k', 512 -> '512' (how the README and the plots name seqlens)."""
-    return f"{seqlen // 1024}k" if seqlen >= 1024 and seqlen % 1024 == 0 else str(seqlen)
-
-
-def _fmt_s(x: float | None) -> str:
+def fmt_s(x: float | None) -> str:
     return NA if x is None else f"{x:.2f}"
+
+
+def fmt_mib(x: float | None) -> str:
+    return NA if x is None else f"{x:.1f}"
 
 
 def first_call_line(entry: Mapping[str, Any]) -> str:
     return (
         f"first call {entry['dtype']} hdim {entry['hdim']} causal {int(bool(entry['causal']))} "
-        f"seqlen {entry['seqlen']}: fwd {_fmt_s(entry['fwd_s'])} s, bwd {_fmt_s(entry['bwd_s'])} s"
+        f"seqlen {entry['seqlen']}: fwd {fmt_s(entry['fwd_s'])} s, bwd {fmt_s(entry['bwd_s'])} s"
         + (f" ({entry['note']})" if entry.get("note") else "")
     )
 
@@ -229,7 +229,7 @@ def stdout_line(row: Mapping[str, Any], impls: Sequence[str]) -> str:
 
 
 def memory_line(row: Mapping[str, Any]) -> str:
-    cells = " ".join(f"{n}={_fmt_mib(v)}" for n, v in row["mib"].items())
+    cells = " ".join(f"{n}={fmt_mib(v)}" for n, v in row["mib"].items())
     return f"memory seqlen {row['seqlen']:>6}  q+k+v={row['qkv_mib']:.1f} MiB  {cells}"
 
 

@@ -1,4 +1,4 @@
-"""python -m flashattn2.bench.overhead: host time per call at a small shape, and start-up costs.
+"""python benchmarks/bench_overhead.py: host time per call at a small shape, and start-up costs.
 
 Per-call time is measured as a training loop sees it: back-to-back calls, no cache flush, wall time
 over many calls after a warm-up, synchronised once at each end. At b=1, seqlen 128, one head the GPU
@@ -165,7 +165,7 @@ def startup(hdim: int = 128, runs: int = 3) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m flashattn2.bench.overhead", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python benchmarks/bench_overhead.py", description=__doc__.splitlines()[0])
     p.add_argument("--out-dir", default="benchmarks/results")
     p.add_argument("--tag", help="file name stem (default YYYY-MM-DD_<device>_overhead)")
     p.add_argument("--iters", type=int, default=300)
@@ -175,9 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
-    from .report import collect_meta, default_stem
+    from flashattn2.bench import collect_meta, default_stem
 
-    meta = collect_meta(torch.cuda.get_device_name(), argv, {"command": "python -m flashattn2.bench.overhead"})
+    meta = collect_meta(torch.cuda.get_device_name(), argv, {"command": "python benchmarks/bench_overhead.py"})
     rows = host_overhead(iters=args.iters, repeats=args.repeats)
     start = None if args.no_startup else startup()
     stem = args.tag or default_stem(torch.cuda.get_device_name()) + "_overhead"

@@ -1,4 +1,4 @@
-"""python -m flashattn2.bench.decode: decoding (seqlen_q = 1) at the memory-bandwidth limit.
+"""python benchmarks/bench_decode.py: decoding (seqlen_q = 1) at the memory-bandwidth limit.
 
 bf16, head dim 128, 32 query heads over 8 KV heads (GQA) and over 32 (MHA). Effective bandwidth = bytes of
 K and V read / time, against the GPU's copy bandwidth measured in the same run (a device-to-device copy:
@@ -19,9 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .core import time_call
-from .overhead import per_call_us
-from .report import collect_meta, default_stem
+from bench_overhead import per_call_us
+from flashattn2.bench import collect_meta, default_stem, time_call
 
 HDIM, NHEADS = 128, 32
 SDPA = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
@@ -41,7 +40,8 @@ def _kv_bytes(batch, seqlen, nheads_k):
     return 2 * batch * seqlen * nheads_k * HDIM * 2
 
 
-def _paged(k_cache, page):
+def paged(k_cache: torch.Tensor, page: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """k_cache (batch, seqlen, ...) as a pool of pages in shuffled order and its block table."""
     batch, seqlen = k_cache.shape[:2]
     per_seq = seqlen // page
     table = torch.randperm(batch * per_seq, device="cuda").view(batch, per_seq).to(torch.int32)
@@ -78,7 +78,7 @@ def measure(batch: int, seqlen: int, nheads_k: int, peers: bool, flex: bool) -> 
     if batch == 1 or seqlen >= 32768:
         calls["ours-nosplit"] = lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlen, num_splits=1)
     if seqlen % 16 == 0:
-        kp, table = _paged(k, 16)
+        kp, table = paged(k, 16)
         vp = torch.empty_like(kp)
         vp[table.long()] = v.view(batch, seqlen // 16, 16, nheads_k, HDIM)
         calls["ours-page16"] = lambda: flash_attn_with_kvcache(q, kp, vp, cache_seqlens=seqlen, block_table=table)
@@ -167,7 +167,7 @@ def host_time() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flashattn2.bench.decode", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python benchmarks/bench_decode.py", description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", default="benchmarks/results")
     parser.add_argument("--tag", default=None)
     parser.add_argument("--batches", default="1,8,64")
@@ -192,9 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                 flex = peers and not args.no_flex and batch == 8 and seqlen == 8192
                 rows.append(measure(batch, seqlen, nheads_k, peers, flex))
                 torch.cuda.empty_cache()
-    result = {"meta": collect_meta(torch.cuda.get_device_name(), argv), "copy_gbps": copy, "rows": rows,
-              "graph": graph_loop(), "host": host_time()}
-    result["meta"]["command"] = result["meta"]["command"].replace("flashattn2.bench", "flashattn2.bench.decode", 1)
+    result = {"meta": collect_meta(torch.cuda.get_device_name(), argv, prog="python benchmarks/bench_decode.py"),
+              "copy_gbps": copy, "rows": rows, "graph": graph_loop(), "host": host_time()}
     result["meta"]["elapsed_s"] = round(time.time() - start, 1)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
-"""python -m flashattn2.bench.context_parallel: context parallelism on the GPUs of one host.
+"""python benchmarks/bench_context_parallel.py: context parallelism on the GPUs of one host.
 
-    torchrun --nproc_per_node 2 -m flashattn2.bench.context_parallel --out-dir DIR
-    python -m flashattn2.bench.context_parallel --nproc 2 --out-dir DIR      (starts its own processes)
+    torchrun --nproc_per_node 2 benchmarks/bench_context_parallel.py --out-dir DIR
+    python benchmarks/bench_context_parallel.py --nproc 2 --out-dir DIR      (starts its own processes)
 
 Batch 1, bf16, head dim 128, 16 and 32 heads, causal and not, whole sequences of 64k-512k tokens: the time
 of a forward + backward of ring attention (zigzag and contiguous shards) and of Ulysses on W GPUs (the
@@ -36,9 +36,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .. import flash_attn_func
-from ..distributed import _Ring, _wait, ring_flash_attn_func, ulysses_flash_attn_func
-from .report import collect_meta, default_stem
+from flashattn2 import flash_attn_func
+from flashattn2.bench import collect_meta, default_stem
+
+# _Ring, _wait (private): ring-comm times the ring's own messages, so it sends them as the ring does
+from flashattn2.distributed import _Ring, _wait, ring_flash_attn_func, ulysses_flash_attn_func
 
 # NVLink multicast (NVLS) stays off: NCCL and symmetric memory read these when the process group starts
 os.environ["NCCL_NVLS_ENABLE"] = "0"
@@ -216,11 +218,10 @@ def _worker(rank: int, args: argparse.Namespace, store: str | None) -> None:
 
 def _write(args, rows: list[dict], world: int, device: torch.device) -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    meta = collect_meta(name, args.argv, extra={
+    meta = collect_meta(name, args.argv, prog="python benchmarks/bench_context_parallel.py", extra={
         "world_size": world, "gpu_count": torch.cuda.device_count() if device.type == "cuda" else 0,
         "dtype": str(args.dtype).removeprefix("torch."), "headdim": args.headdim, "warmup": args.warmup,
         "reps": args.reps, "topology": _topology()})
-    meta["command"] = meta["command"].replace("flashattn2.bench", "flashattn2.bench.context_parallel", 1)
     result = {"meta": meta, "rows": rows}
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -230,7 +231,7 @@ def _write(args, rows: list[dict], world: int, device: torch.device) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m flashattn2.bench.context_parallel", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python benchmarks/bench_context_parallel.py", description=__doc__.split("\n")[0])
     p.add_argument("--out-dir", default="benchmarks/results")
     p.add_argument("--tag", help="result file stem (default YYYY-MM-DD_<device>)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")

@@ -1,4 +1,4 @@
-"""python -m flashattn2.bench.fp8: the FP8 (e4m3) attention forward against our bf16 forward and an FP8 matmul.
+"""python benchmarks/bench_fp8.py: the FP8 (e4m3) attention forward against our bf16 forward and an FP8 matmul.
 
 Speed: TFLOP/s of the forward at head dims 64, 128, 256, causal and not, seqlen 1k to 16k with 16k tokens per
 batch and hidden 2048, next to the FP8 and bf16 matmul rates at 8192^3 (torch._scaled_mm, torch.mm) measured in
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .report import collect_meta, default_stem
+from flashattn2.bench import collect_meta, default_stem
 
 TOKENS, HIDDEN = 16384, 2048
 SEQLENS = (1024, 2048, 4096, 8192, 16384)
@@ -59,6 +59,8 @@ def matmul_rates(n: int = 8192) -> dict:
 
 def sweep(head_dims) -> list[dict]:
     from flashattn2 import quantize_fp8
+
+    # kernel internals: the sweep launches the Gluon FP8 plan with tile settings the public API does not take
     from flashattn2.kernels.fwd_sm90 import Sm90ForwardPlan
     from flashattn2.kernels.params import AttnOptions
 
@@ -84,8 +86,9 @@ def sweep(head_dims) -> list[dict]:
 
 
 def speed(head_dims, seqlens) -> list[dict]:
-    from flashattn2 import attention_backend, flash_attn_func, quantize_fp8, set_backend
-    from flashattn2.kernels.backends import get_backend
+    from flashattn2 import attention_backend, flash_attn_func, get_backend, quantize_fp8, set_backend
+
+    # kernel internals: the V copy each FP8 kernel makes, timed alone
     from flashattn2.kernels.v_layout import RELABEL_KEYS, keys_last, v_keys_last
 
     rows = []
@@ -159,7 +162,7 @@ def write(result: dict, out_dir: Path, stem: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flashattn2.bench.fp8", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python benchmarks/bench_fp8.py", description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", default="benchmarks/results")
     parser.add_argument("--tag", default=None)
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
@@ -174,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(result["matmul"]), flush=True)
     result["speed"] = speed(args.head_dims, args.seqlens)
     result["accuracy"] = accuracy() if args.accuracy else []
-    meta = collect_meta(torch.cuda.get_device_name(), argv)
-    meta["command"] = meta["command"].replace("flashattn2.bench", "flashattn2.bench.fp8", 1)
+    meta = collect_meta(torch.cuda.get_device_name(), argv, prog="python benchmarks/bench_fp8.py")
     meta.update(tokens_per_batch=TOKENS, hidden=HIDDEN)
     result = {"meta": meta, **result}
     stem = args.tag or default_stem(torch.cuda.get_device_name())

@@ -1,4 +1,4 @@
-"""python -m flashattn2.bench.features: what each training feature costs, and what the window saves.
+"""python benchmarks/bench_features.py: what each training feature costs, and what the window saves.
 
 bf16, head dim 128, 16 heads, 16k tokens. Each row times forward and backward of one variant next to
 its baseline in the same run:
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .report import collect_meta, default_stem
+from flashattn2.bench import collect_meta, default_stem
 
 HEADS, HDIM, TOKENS = 16, 128, 16384
 
@@ -123,7 +123,7 @@ def write(rows: list[dict], meta: dict, out_dir: Path, stem: str) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flashattn2.bench.features",
+    parser = argparse.ArgumentParser(prog="python benchmarks/bench_features.py",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", default="benchmarks/results")
     parser.add_argument("--tag", default=None)
@@ -133,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start = time.time()
     rows = run()
-    meta = collect_meta(torch.cuda.get_device_name(), argv)
-    meta["command"] = meta["command"].replace("flashattn2.bench", "flashattn2.bench.features", 1)
+    meta = collect_meta(torch.cuda.get_device_name(), argv, prog="python benchmarks/bench_features.py")
     meta["elapsed_s"] = round(time.time() - start, 1)
     stem = args.tag or default_stem(torch.cuda.get_device_name())
     for path in write(rows, meta, Path(args.out_dir), stem):
