@@ -64,7 +64,8 @@ _HOPPER_BWD: dict[bool, list[tuple[int, BwdConfig]]] = {
            (128, BwdConfig(64, 64, 4, 2, 128, 32, 4, 3, False, True)),
            (256, BwdConfig(64, 64, 8, 2, 64, 32, 4, 2, False, True))],
 }
-# FP8 (e4m3) forward on Hopper: operands half as wide, so longer key tiles fit (benchmarks/bench_fp8.py --sweep picks these).
+# FP8 (e4m3) forward on Hopper: operands half as wide, so longer key tiles fit (benchmarks/bench_fp8.py
+# --sweep picks these).
 _HOPPER_FWD_FP8: dict[bool, list[tuple[int, FwdConfig]]] = {
     False: [(64, FwdConfig(128, 128, 8, 3)), (128, FwdConfig(128, 128, 8, 3)), (256, FwdConfig(128, 64, 8, 2))],
     True: [(64, FwdConfig(128, 128, 8, 3)), (128, FwdConfig(128, 128, 8, 3)), (256, FwdConfig(128, 64, 8, 2))],
