@@ -59,10 +59,10 @@ def matmul_rates(n: int = 8192) -> dict:
 
 def sweep(head_dims) -> list[dict]:
     from flashattn2 import quantize_fp8
+    from flashattn2.kernels.params import AttnOptions
 
     # kernel internals: the sweep launches the Gluon FP8 plan with tile settings the public API does not take
-    from flashattn2.kernels.fwd_sm90 import Sm90ForwardPlan
-    from flashattn2.kernels.params import AttnOptions
+    from flashattn2.kernels.sm90.forward import Sm90ForwardPlan
 
     rows = []
     for head_dim in head_dims:
@@ -89,7 +89,7 @@ def speed(head_dims, seqlens) -> list[dict]:
     from flashattn2 import attention_backend, flash_attn_func, get_backend, quantize_fp8, set_backend
 
     # kernel internals: the V copy each FP8 kernel makes, timed alone
-    from flashattn2.kernels.v_layout import RELABEL_KEYS, keys_last, v_keys_last
+    from flashattn2.kernels.portable.v_layout import RELABEL_KEYS, keys_last, v_keys_last
 
     rows = []
     for head_dim in head_dims:

@@ -15,9 +15,9 @@ import triton
 import triton.testing
 from sweep_configs import make_problem
 
-from flashattn2.kernels.backward import attention_backward
-from flashattn2.kernels.configs import bwd_config, fwd_config
-from flashattn2.kernels.forward import attention_forward
+from flashattn2.kernels.portable.backward import attention_backward
+from flashattn2.kernels.portable.configs import bwd_config, fwd_config
+from flashattn2.kernels.portable.forward import attention_forward
 
 
 def ab_shape(what: str, hdim: int, causal: bool, seqlen: int) -> dict:

@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.summary:
         return summary(args.summary, "bf16" if args.bf16 else "fp8")
-    from flashattn2.kernels import fwd_sm90
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
 
     for item in args.set:
         key, value = item.split("=")

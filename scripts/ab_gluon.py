@@ -1,4 +1,4 @@
-"""A/B of Gluon forward tunings (kernels/fwd_sm90.py CONFIGS) against cuDNN and our Triton forward, in
+"""A/B of Gluon forward tunings (kernels/sm90/forward.py CONFIGS) against cuDNN and our Triton forward, in
 one process, interleaved per shape: python scripts/ab_gluon.py --out DIR [--dtypes bf16 fp16].
 
 Each variant's output is checked against the Triton forward's before it is timed."""
@@ -14,8 +14,9 @@ import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from flashattn2.kernels import forward, fwd_sm90
 from flashattn2.kernels.params import AttnOptions
+from flashattn2.kernels.portable import forward
+from flashattn2.kernels.sm90 import forward as fwd_sm90
 
 VARIANTS = {
     64: {"base": {}, "persistent": {"PERSISTENT": True}, "persistent-pp": {"PERSISTENT": True, "PINGPONG": True}},

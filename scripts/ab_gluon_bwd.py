@@ -1,4 +1,4 @@
-"""A/B of the Gluon backward's tunings (kernels/bwd_sm90.py) inside the whole backward against the
+"""A/B of the Gluon backward's tunings (kernels/sm90/backward.py) inside the whole backward against the
 all-Triton backward and cuDNN, interleaved per shape: python scripts/ab_gluon_bwd.py --out DIR
 [--set KEY=VALUE ...]. Each variant's gradients are checked against Triton's first. "fused-..." variants
 compute dQ in the kernel; "dkdv..." ones leave it to the Triton dQ kernel (the deterministic path)."""
@@ -13,8 +13,9 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn2
-from flashattn2.kernels import backward, bwd_sm90, forward
 from flashattn2.kernels.params import AttnOptions
+from flashattn2.kernels.portable import backward, forward
+from flashattn2.kernels.sm90 import backward as bwd_sm90
 
 # the head dim's tunings in bwd_sm90 ("fused": CONFIGS, "dkdv": CONFIGS_DKDV), filled in by main()
 VARIANTS = {}

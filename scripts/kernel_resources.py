@@ -16,8 +16,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from flashattn2.kernels.backward import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
-from flashattn2.kernels.forward import attention_fwd_kernel
+from flashattn2.kernels.portable.backward import attention_bwd_dkdv_kernel, attention_bwd_dq_kernel
+from flashattn2.kernels.portable.forward import attention_fwd_kernel
 
 FLOAT_ARGS = {"qk_scale", "softmax_scale", "softcap_in2", "softcap_out", "dropout_p"}
 FP32_POINTERS = {"Lse", "Delta"}

@@ -9,7 +9,7 @@ import torch
 import triton.testing
 
 from flashattn2 import flash_attn_with_kvcache, inference
-from flashattn2.kernels import kvcache
+from flashattn2.kernels.portable import kvcache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the decode benchmark's paged cache
 from bench_decode import paged  # noqa: E402

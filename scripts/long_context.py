@@ -18,7 +18,8 @@ import triton.testing
 
 import flashattn2
 from flashattn2 import attention_ref, flash_attn_func
-from flashattn2.kernels import backends, backward, common, forward
+from flashattn2.kernels import backends, common
+from flashattn2.kernels.portable import backward, forward
 
 HEADS, DIM = 16, 128
 

@@ -17,9 +17,9 @@ import torch.nn.functional as F
 
 import flashattn2
 from flashattn2 import ops
-from flashattn2.kernels.backward import attention_backward
-from flashattn2.kernels.forward import attention_forward
 from flashattn2.kernels.params import AttnOptions
+from flashattn2.kernels.portable.backward import attention_backward
+from flashattn2.kernels.portable.forward import attention_forward
 
 
 class _Floor(torch.autograd.Function):

@@ -7,7 +7,7 @@ bf16, 16k tokens per batch, hidden 2048 (the paper's setup). Each candidate is c
 reference and timed; the dK/dV and dQ kernels are swept one at a time with the other kernel fixed at
 its current configuration, and dK/dV also with dQ by bulk atomics instead of the dQ kernel. Results
 are appended to --out after every candidate, so a run cut short keeps what it measured; candidates
-left when the time budget runs out are skipped. The winners go into src/flashattn2/kernels/configs.py
+left when the time budget runs out are skipped. The winners go into src/flashattn2/kernels/portable/configs.py
 by hand, with the run recorded in benchmarks/NOTES.md.
 """
 
@@ -20,10 +20,10 @@ import torch
 import triton
 import triton.testing
 
-from flashattn2.kernels.backward import attention_backward
-from flashattn2.kernels.configs import BwdConfig, FwdConfig, bwd_config, fwd_config
-from flashattn2.kernels.forward import attention_forward
 from flashattn2.kernels.params import AttnOptions
+from flashattn2.kernels.portable.backward import attention_backward
+from flashattn2.kernels.portable.configs import BwdConfig, FwdConfig, bwd_config, fwd_config
+from flashattn2.kernels.portable.forward import attention_forward
 
 # (BLOCK_M, BLOCK_N, warps, stages); all with tensor descriptors, plus the current config without them
 FWD = {

@@ -64,7 +64,7 @@ def test_default_mode_is_within_tolerance_over_50_runs(causal, atomic_dq, monkey
     if atomic_dq:
         import dataclasses
 
-        from flashattn2.kernels import backward
+        from flashattn2.kernels.portable import backward
 
         pick = backward.bwd_config
         monkeypatch.setattr(backward, "bwd_config",
@@ -157,7 +157,7 @@ def test_both_load_paths(use_tma, head_dim, causal, monkeypatch):
     80 makes the descriptors zero-fill padded columns, seqlen 1000 cuts the last tile."""
     import dataclasses
 
-    from flashattn2.kernels import backward, forward
+    from flashattn2.kernels.portable import backward, forward
 
     fwd_pick, bwd_pick = forward.fwd_config, backward.bwd_config
     monkeypatch.setattr(forward, "fwd_config", lambda *a: dataclasses.replace(fwd_pick(*a), use_tma=use_tma))

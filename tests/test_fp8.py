@@ -68,7 +68,7 @@ def _relabelled(n: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("shape", [(2, 77, 3, 16), (1, 300, 2, 64), (3, 32, 1, 40), (2, 1, 2, 256), (200, 5, 2)])
 def test_v_keys_last_is_a_padded_transpose(shape, relabel):
     # FP8's V layout, built independently: keys last, zero-padded to a multiple of 16 (64 when relabelled)
-    from flashattn2.kernels.v_layout import v_keys_last
+    from flashattn2.kernels.portable.v_layout import v_keys_last
 
     torch.manual_seed(len(shape) + shape[1])
     wide = randn(*shape[:-2], 2 * shape[-2], shape[-1], dtype=torch.float32).to(torch.float8_e4m3fn)
@@ -87,7 +87,7 @@ def test_v_keys_last_is_a_padded_transpose(shape, relabel):
 @pytest.mark.parametrize("shape", [(2, 77, 3, 16), (200, 5, 2)])
 def test_keys_last_layout_is_what_keys_last_makes(shape):
     # the Triton FP8 plan bakes the copy's strides in from keys_last_layout before any copy exists
-    from flashattn2.kernels.v_layout import keys_last, keys_last_layout
+    from flashattn2.kernels.portable.v_layout import keys_last, keys_last_layout
 
     v = randn(*shape, dtype=torch.float32).to(torch.float8_e4m3fn)
     made, planned = keys_last(v), keys_last_layout(v)
@@ -96,8 +96,8 @@ def test_keys_last_layout_is_what_keys_last_makes(shape):
 
 
 def test_relabelled_p_and_v_keep_p_v():
-    # the Gluon kernel's P store (fwd_sm90._keep_p: reshape, permute) against v_keys_last's V relabelling
-    from flashattn2.kernels.v_layout import v_keys_last
+    # the Gluon kernel's P store (sm90.forward._keep_p: reshape, permute) against v_keys_last's V relabelling
+    from flashattn2.kernels.portable.v_layout import v_keys_last
 
     torch.manual_seed(3)
     v = randn(1, 200, 1, 32, dtype=torch.float32).to(torch.float8_e4m3fn)

@@ -1,4 +1,4 @@
-"""The Hopper Gluon forward (kernels/fwd_sm90.py) and the backend seam (kernels/backends.py).
+"""The Hopper Gluon forward (kernels/sm90/forward.py) and the backend seam (kernels/backends.py).
 
 On CPU: every kernel variant compiles for sm_90 with the installed Triton (the interpreter cannot run
 Gluon), and the compiled code has what the design needs. On an sm_90 GPU: the backend choice, a stress
@@ -17,7 +17,7 @@ import torch
 import flashattn2
 from flashattn2 import attention_backend, flash_attn_func, flash_attn_varlen_func
 from flashattn2.kernels import backends
-from flashattn2.kernels.gluon_api import AVAILABLE
+from flashattn2.kernels.sm90.gluon_api import AVAILABLE
 from helpers import ON_GPU, check_attention, check_varlen, randn
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="this Triton has no Gluon")
@@ -35,7 +35,7 @@ VARIANTS = [
     (256, torch.float16, {"HAS_ALIBI": True, "HAS_RIGHT": True, "MAY_SPILL": True}),
     (64, torch.bfloat16, {"HAS_SOFTCAP": True, "HAS_ALIBI": True, "IS_VARLEN": True}),
     (128, torch.bfloat16, {"HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True, "MAY_SPILL": True}),
-    # the backward (bwd_sm90.py): with dQ in the kernel, a score transform or 128-row query tiles (d64) spill
+    # the backward (sm90/backward.py): with dQ in the kernel, a score transform or 128-row query tiles (d64) spill
     # under triton 3.6 (benchmarks/NOTES.md); FUSED_DQ=0 is the deterministic dK/dV-only kernel
     (128, torch.bfloat16, {"BWD": True}),
     (128, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
@@ -71,7 +71,7 @@ def _ptxas_report(ptxas: str, ptx_path: str, tmp_path) -> str:
 _COMPILE = """
 import sys, torch
 from triton.backends.nvidia.compiler import get_ptxas
-from flashattn2.kernels import bwd_sm90, fwd_sm90
+from flashattn2.kernels.sm90 import backward as bwd_sm90, forward as fwd_sm90
 out, head_dim, dtype, flags = sys.argv[1], int(sys.argv[2]), getattr(torch, sys.argv[3]), sys.argv[4:]
 module = bwd_sm90 if "BWD" in flags else fwd_sm90
 flags = dict(f.split("=") if "=" in f else (f, 1) for f in flags if f != "BWD")
@@ -132,8 +132,8 @@ def test_backend_choice_off_hopper_and_override():
 
 def test_auto_keeps_short_fp8_causal_calls_on_triton():
     # host-side rule, so it runs anywhere: Gluon for FP8 unless causal and shorter than the measured crossover
-    from flashattn2.kernels.fwd_sm90 import AUTO_FP8_CAUSAL_MIN_ROWS, auto_declines
     from flashattn2.kernels.params import AttnOptions
+    from flashattn2.kernels.sm90.forward import AUTO_FP8_CAUSAL_MIN_ROWS, auto_declines
 
     causal, full = AttnOptions(softmax_scale=1.0, window_right=0), AttnOptions(softmax_scale=1.0)
     for head_dim, rows in AUTO_FP8_CAUSAL_MIN_ROWS.items():
@@ -146,8 +146,8 @@ def test_auto_keeps_short_fp8_causal_calls_on_triton():
 def test_auto_and_default_tiles_per_head_dim():
     # host-side choices, so they run anywhere: bf16 head dims 128 and 256 on Gluon, 64 on Triton (H100 A/B in
     # benchmarks/NOTES.md); FP8 d128 takes 256-key tiles unless a right window edge (causal) cuts its work items
-    from flashattn2.kernels.fwd_sm90 import CONFIGS, CONFIGS_FP8, auto_declines, default_tuning
     from flashattn2.kernels.params import AttnOptions
+    from flashattn2.kernels.sm90.forward import CONFIGS, CONFIGS_FP8, auto_declines, default_tuning
 
     full, causal = AttnOptions(softmax_scale=1.0), AttnOptions(softmax_scale=1.0, window_right=0)
     local = AttnOptions(softmax_scale=1.0, window_left=100, window_right=20)
@@ -165,8 +165,8 @@ def test_auto_backward_per_head_dim_length_and_determinism():
     # host-side, so it runs anywhere: the Gluon backward at head dims 64, 128 and 256 (H100 A/B in
     # benchmarks/NOTES.md), except causal calls shorter than AUTO_CAUSAL_MIN_ROWS query rows and deterministic
     # calls below head dim 256
-    from flashattn2.kernels.bwd_sm90 import AUTO_CAUSAL_MIN_ROWS, auto_declines
     from flashattn2.kernels.params import AttnOptions
+    from flashattn2.kernels.sm90.backward import AUTO_CAUSAL_MIN_ROWS, auto_declines
 
     full, causal = AttnOptions(softmax_scale=1.0), AttnOptions(softmax_scale=1.0, window_right=0)
     for head_dim in (64, 128, 256):
@@ -194,7 +194,7 @@ hopper = pytest.mark.skipif(not (ON_GPU and torch.cuda.get_device_capability() =
 def gluon_backend(request, monkeypatch):
     # every head dim on Gluon ("auto" keeps head dim 64 on Triton), with a launch grid of one
     # program per work item and with a persistent grid (each program loops over work items)
-    from flashattn2.kernels import fwd_sm90
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
 
     persistent = request.param == "persistent"
     for name in ("CONFIGS", "CONFIGS_FP8"):
@@ -437,8 +437,8 @@ def test_gluon_varlen_backward(causal, head_dim, gluon_backend):
 @hopper
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_gluon_backward_grid_is_persistent_without_a_right_window_edge(head_dim, gluon_backend):
-    from flashattn2.kernels import backward, forward
     from flashattn2.kernels.params import AttnOptions
+    from flashattn2.kernels.portable import backward, forward
 
     q, k, v, dout = (randn(4, 1500, 4, head_dim, dtype=torch.bfloat16) for _ in range(4))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -454,8 +454,8 @@ def test_gluon_backward_grid_is_persistent_without_a_right_window_edge(head_dim,
 @pytest.mark.gpu
 @hopper
 def test_gluon_backward_fuses_dq_unless_deterministic(gluon_backend):
-    from flashattn2.kernels import backward, forward
     from flashattn2.kernels.params import AttnOptions
+    from flashattn2.kernels.portable import backward, forward
 
     q, k, v, dout = (randn(1, 256, 2, 128, dtype=torch.bfloat16) for _ in range(4))
     for deterministic in (False, True):
@@ -503,8 +503,8 @@ def test_set_backend_drops_remembered_calls():
 
 
 def test_descriptors_view_packed_batches_as_one_batch_entry():
-    from flashattn2.kernels.gluon_api import shared_layout
-    from flashattn2.kernels.sm90_common import descriptor
+    from flashattn2.kernels.sm90.common import descriptor
+    from flashattn2.kernels.sm90.gluon_api import shared_layout
 
     layout = shared_layout([1, 64, 1, 64], torch.float16)
     dense = torch.empty(2, 100, 3, 64, dtype=torch.float16)

@@ -6,10 +6,11 @@ import torch
 
 import flashattn2
 from flashattn2 import ops
-from flashattn2.kernels import cu_seqlens, launch
-from flashattn2.kernels.backward import attention_backward
-from flashattn2.kernels.forward import attention_forward
+from flashattn2.kernels import launch
 from flashattn2.kernels.params import AttnOptions
+from flashattn2.kernels.portable import cu_seqlens
+from flashattn2.kernels.portable.backward import attention_backward
+from flashattn2.kernels.portable.forward import attention_forward
 from helpers import DEVICE, randn
 
 
@@ -76,7 +77,7 @@ def test_hooks_are_seen():
 @pytest.mark.parametrize("change", ["unaligned", "dtype", "stride", "window", "alibi", "varlen-pointer"])
 def test_plan_keys_separate_what_triton_specialises_on(change):
     """A launch plan is reused only for tensors Triton would compile the same way."""
-    from flashattn2.kernels import forward
+    from flashattn2.kernels.portable import forward
 
     base = torch.zeros(2 * 40 * 2 * 32 + 8, dtype=torch.float16, device=DEVICE)
     q = base[:2 * 40 * 2 * 32].view(2, 40, 2, 32)

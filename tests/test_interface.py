@@ -6,7 +6,7 @@ import torch
 
 import flashattn2
 from flashattn2 import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
-from flashattn2.kernels import cu_seqlens
+from flashattn2.kernels.portable import cu_seqlens
 from helpers import DEVICE, ON_GPU, randn
 
 

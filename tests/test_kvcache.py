@@ -12,7 +12,7 @@ import torch
 
 import flashattn2
 from flashattn2 import apply_rotary_emb, attention_ref, flash_attn_varlen_func, flash_attn_with_kvcache
-from flashattn2.kernels import cu_seqlens as cu_checks
+from flashattn2.kernels.portable import cu_seqlens as cu_checks
 from helpers import DEVICE, ON_GPU, assert_close_to_ref, randn
 
 # flash_attn's kvcache test: 3x PyTorch's error in the input dtype (5x with ALiBi)

@@ -11,7 +11,8 @@ import torch
 import flashattn2
 from flashattn2 import attention_ref, flash_attn_func, flash_attn_varlen_func
 from flashattn2.checks import attn_options
-from flashattn2.kernels import backends, backward, common, forward
+from flashattn2.kernels import backends, common
+from flashattn2.kernels.portable import backward, forward
 from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, ON_GPU, assert_close_to_ref, randn, reference_with_grads
 
 
@@ -110,7 +111,7 @@ _COMPILE = """
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from flashattn2.kernels import backward, forward
+from flashattn2.kernels.portable import backward, forward
 
 base = dict(HEAD_DIM=128, BLOCK_D=128, HAS_LEFT=True, HAS_RIGHT=True, IS_VARLEN=False, HAS_SOFTCAP=False,
             HAS_ALIBI=False, HAS_DROPOUT=False, USE_TMA=False, INTERPRET=False, CuSeqlensQ=None, CuSeqlensK=None,

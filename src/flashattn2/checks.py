@@ -3,7 +3,7 @@ AttnOptions.
 
 Everything here is judged on the host from shapes, strides, dtypes, devices and Python values, with no
 device-to-host sync; the values of index tensors (cu_seqlens, the KV-cache tables) are checked on the GPU
-(kernels/cu_seqlens.py, kernels/kvcache.py). The API modules (interface, inference, fp8, rotary, sdpa,
+(kernels/portable/cu_seqlens.py, kernels/portable/kvcache.py). The API modules (interface, inference, fp8, rotary, sdpa,
 distributed, integrations) import from here; this module imports none of them, so the graph stays acyclic.
 """
 
@@ -177,7 +177,7 @@ def check_options(q: torch.Tensor, batch: int, nheads: int, dropout_p: float, ca
 def check_cu_seqlens(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
                      max_seqlen_k: int, q: torch.Tensor) -> None:
     """cu_seqlens_q and cu_seqlens_k are int32 (batch + 1,) tensors of one length on q's device, and the
-    max_seqlens ints >= 0; their values are checked on the device (kernels/cu_seqlens.py)."""
+    max_seqlens ints >= 0; their values are checked on the device (kernels/portable/cu_seqlens.py)."""
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(cu, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(cu).__name__}")

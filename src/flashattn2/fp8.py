@@ -1,10 +1,10 @@
 """FP8 attention forward (FlashAttention-3's low-precision path): q, k, v in float8_e4m3fn with per-(batch, kv
 head) descale factors, the true value being the fp8 value times its descale; the output is bfloat16.
 
-The kernels are the forwards' IS_FP8 variants (on Hopper the Gluon one, kernels/fwd_sm90.py, elsewhere and for what
+The kernels are the forwards' IS_FP8 variants (on Hopper the Gluon one, kernels/sm90/forward.py, elsewhere and for what
 it declines the Triton one): both matmuls take e4m3 operands (P too, scaled by 2**8 so that small probabilities keep
 their precision) and accumulate in fp32; the descales fold into the score scale and the output. FP8 tensor cores read
-V along the keys: each call copies V so (kernels/v_layout.py). Forward only.
+V along the keys: each call copies V so (kernels/portable/v_layout.py). Forward only.
 """
 
 from typing import Optional

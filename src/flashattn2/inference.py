@@ -10,10 +10,10 @@ import torch
 
 from . import fp8
 from .checks import attn_options, check_combine, check_descales, check_kvcache, is_fp8, unit_last_stride
-from .kernels import combine as combine_kernels
-from .kernels.kvcache import kvcache_attention
 from .kernels.launch import PlanCache
 from .kernels.params import AttnOptions
+from .kernels.portable import combine as combine_kernels
+from .kernels.portable.kvcache import kvcache_attention
 from .ops import device_guard, is_traced
 from .rotary import rotate
 

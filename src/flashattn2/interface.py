@@ -2,7 +2,7 @@
 tracing), with a cache of the dense calls that passed the checks.
 
 Everything is checked on the host from shapes, dtypes and devices, with no device-to-host sync;
-the values of cu_seqlens are checked on the GPU (kernels/cu_seqlens.py).
+the values of cu_seqlens are checked on the GPU (kernels/portable/cu_seqlens.py).
 """
 
 from typing import NamedTuple
@@ -23,9 +23,9 @@ from .checks import (
 )
 from .kernels import backends
 from .kernels.backends import forward_plan
-from .kernels.kvcache import kvcache_attention
 from .kernels.launch import PlanCache, align
 from .kernels.params import AttnOptions
+from .kernels.portable.kvcache import kvcache_attention
 from .ops import attention
 
 # ----------------------------------------------------------------------------------------------

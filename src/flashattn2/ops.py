@@ -16,12 +16,12 @@ from typing import Optional
 
 import torch
 
-from .kernels import cu_seqlens
 from .kernels.backends import forward_plan
-from .kernels.backward import backward_plan
-from .kernels.forward import ForwardPlan
 from .kernels.launch import align
 from .kernels.params import AttnOptions
+from .kernels.portable import cu_seqlens
+from .kernels.portable.backward import backward_plan
+from .kernels.portable.forward import ForwardPlan
 
 
 def device_guard(x: torch.Tensor):

@@ -4,7 +4,7 @@ the KV-cache API applies to queries and new keys, usable on its own."""
 import torch
 
 from .checks import check_rotary
-from .kernels import rotary as rotary_kernels
+from .kernels.portable import rotary as rotary_kernels
 
 
 def rotate(x, cos, sin, interleaved, inplace, seqlen_offsets, cu_seqlens, max_seqlen, conjugate):

@@ -1,10 +1,10 @@
 """Which kernels run a call: the one seam between the portable Triton kernels and the Hopper Gluon
 kernels (FlashAttention-4's `can_implement` pattern).
 
-- "triton": the portable kernels (forward.py, backward.py), every GPU and every option.
-- "gluon-sm90": fwd_sm90.py on sm_90 GPUs, for fp16/bf16, head dims 64/128/256, without dropout;
+- "triton": the portable kernels (portable/forward.py, portable/backward.py), every GPU and every option.
+- "gluon-sm90": sm90/forward.py on sm_90 GPUs, for fp16/bf16, head dims 64/128/256, without dropout;
   causal, windows, GQA/MQA, softcap, ALiBi and packed variable-length batches included; and for e4m3
-  (FP8) dense batches. For the backward, bwd_sm90.py computes dK, dV and, in the same kernel, dQ (head
+  (FP8) dense batches. For the backward, sm90/backward.py computes dK, dV and, in the same kernel, dQ (head
   dims 64, 128 and 256, the same options); deterministic calls take dQ from the Triton dQ kernel.
 
 FLASHATTN2_BACKEND (read at import; set_backend() changes it) picks: "auto" (the default: Gluon
@@ -21,10 +21,10 @@ import os
 
 import torch
 
-from . import forward
-from .gluon_api import AVAILABLE as GLUON_AVAILABLE
 from .launch import PlanCache
 from .params import AttnOptions
+from .portable import forward
+from .sm90.gluon_api import AVAILABLE as GLUON_AVAILABLE
 
 CHOICES = ("auto", "gluon", "triton")
 
@@ -40,7 +40,7 @@ _sm90 = None
 _bwd_sm90 = None
 # forward plans of either backend by forward.plan_key: the choice is made once per shape and option set
 _plans = PlanCache()
-# plan caches that depend on the choice (backward.py adds its own: it imports this module, not the reverse)
+# plan caches that depend on the choice (portable/backward.py adds its own: it imports this module, not the reverse)
 _caches: list[dict] = [_plans, forward._plans]
 
 
@@ -52,7 +52,7 @@ def _gluon_forward():
     # imported on first use: the Gluon module compiles nothing at import, but it needs Gluon itself
     global _sm90
     if _sm90 is None:
-        from . import fwd_sm90
+        from .sm90 import forward as fwd_sm90
 
         _sm90 = fwd_sm90
     return _sm90
@@ -71,7 +71,7 @@ def get_backend() -> str:
 
 
 def _decide(sm90, reason: str | None, q: torch.Tensor, opts: AttnOptions) -> tuple[str, str | None]:
-    """(backend, why not Gluon) from what the Gluon module (fwd_sm90 or bwd_sm90) said of the call, with
+    """(backend, why not Gluon) from what the Gluon module (sm90.forward or sm90.backward) said of the call, with
     "auto" also asking where it was measured faster."""
     if reason is None and _choice == "auto":
         reason = sm90.auto_declines(q, opts)
@@ -113,7 +113,7 @@ def forward_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOp
 def _gluon_backward():
     global _bwd_sm90
     if _bwd_sm90 is None:
-        from . import bwd_sm90
+        from .sm90 import backward as bwd_sm90
 
         _bwd_sm90 = bwd_sm90
     return _bwd_sm90

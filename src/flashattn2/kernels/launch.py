@@ -6,7 +6,7 @@ the tensors: its first call goes through Triton, which compiles or loads the ker
 later calls hand the tensors and the stored scalars straight to the compiled kernel's launcher.
 
 That is only valid while Triton would pick the same compiled kernel: the owner of a Launch (a plan
-in forward.py / backward.py) keys it on everything Triton specialises on besides the stored values,
+in portable/forward.py, backward.py) keys it on everything Triton specialises on besides the stored values,
 that is the dtypes and the 16-byte alignment of the tensors.
 """
 

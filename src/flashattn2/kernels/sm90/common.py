@@ -3,10 +3,10 @@ descriptors of the inputs, and their compile-only check for sm_90 (CI has no GPU
 
 import torch
 
-from . import common
-from .common import capability
+from .. import common
+from ..common import capability
+from ..tma import tma_usable
 from .gluon_api import TensorDescriptor, gl, gluon, shared_layout
-from .tma import tma_usable
 
 WG_M = gl.constexpr(64)  # rows per consumer warpgroup (wgmma's M)
 
@@ -25,7 +25,7 @@ def p_layout(block_d, bits=16):
 
 def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tensors: torch.Tensor,
                   dtypes=(torch.float16, torch.bfloat16)) -> str | None:
-    """What keeps a call off a Gluon kernel (fwd_sm90's or bwd_sm90's) for reasons both share, or None."""
+    """What keeps a call off a Gluon kernel (sm90.forward's or sm90.backward's) for reasons both share, or None."""
     if common.INTERPRET:
         return "the Triton interpreter cannot run Gluon"
     if not q.is_cuda or capability(q.get_device()) != (9, 0):

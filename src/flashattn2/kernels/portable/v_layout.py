@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import cdiv, padded_head_dim
+from ..common import cdiv, padded_head_dim
 
 # The Gluon FP8 forward stores P, a wgmma accumulator, to shared memory for the P V matmul. A thread holds the
 # key pairs 8j + 2t, 8j + 2t + 1 (t = lane % 4), so in key order it writes 2 bytes at a time. Relabelling the

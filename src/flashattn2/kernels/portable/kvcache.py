@@ -19,17 +19,18 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common, cu_seqlens
-from .block_range import kv_range_for_q_tile
+from .. import common
+from ..common import INTERPRET, LOG2E, cdiv, mma, padded_head_dim, round_to
+from ..device.block_range import kv_range_for_q_tile
+from ..device.mask import score_mask
+from ..device.paged_kv import kv_row_coords, kv_row_ptrs, load_kv_rows, row_mask
+from ..device.scores import fp8_scales, masked_scores
+from ..device.softmax import finalize, online_softmax_update
+from ..launch import Launch, PlanCache, align
+from ..params import AttnOptions
+from . import cu_seqlens
 from .combine import combine_launch
-from .common import INTERPRET, LOG2E, cdiv, mma, padded_head_dim, round_to
 from .cu_seqlens import KVCACHE_WORD, raise_pending
-from .launch import Launch, PlanCache, align
-from .mask import score_mask
-from .paged_kv import kv_row_coords, kv_row_ptrs, load_kv_rows, row_mask
-from .params import AttnOptions
-from .scores import fp8_scales, masked_scores
-from .softmax import finalize, online_softmax_update
 
 
 @triton.jit

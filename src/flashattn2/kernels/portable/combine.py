@@ -10,8 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import cdiv, padded_head_dim
-from .launch import Launch
+from ..common import cdiv, padded_head_dim
+from ..launch import Launch
 
 
 @triton.jit

@@ -18,8 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import INTERPRET, cdiv
-from .launch import Launch, PlanCache, align
+from ..common import INTERPRET, cdiv
+from ..launch import Launch, PlanCache, align
 
 SYNC_CHECKS: bool = os.environ.get("FLASHATTN2_SYNC_CHECKS", "0") == "1"
 

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import cdiv
+from ..common import cdiv
 
 
 @triton.jit

@@ -7,7 +7,7 @@ with d = seqlen_k - seqlen_q, the order flash_attn uses (softcap first, then the
 import triton
 import triton.language as tl
 
-from .common import mma
+from ..common import mma
 from .mask import score_mask
 
 

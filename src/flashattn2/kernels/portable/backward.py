@@ -16,17 +16,17 @@ import torch
 import triton
 import triton.language as tl
 
-from . import backends, common
-from .block_range import kv_range_for_q_tile, q_range_for_kv_tile
-from .common import INTERPRET, LOG2E, cdiv, load_rows, long_rows, mma, padded_head_dim, round_to, store_rows
+from .. import backends, common
+from ..common import INTERPRET, LOG2E, cdiv, load_rows, long_rows, mma, padded_head_dim, round_to, store_rows
+from ..device.block_range import kv_range_for_q_tile, q_range_for_kv_tile
+from ..device.dropout import dropout_keep
+from ..device.mask import score_mask
+from ..device.scores import masked_scores, transformed_scores
+from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
+from ..launch import Launch, PlanCache, align
+from ..params import AttnOptions, lse_strides, problem_dims, row_strides
+from ..tma import load_tile, row_tiles, tma_usable
 from .configs import BwdConfig, bwd_config
-from .dropout import dropout_keep
-from .launch import Launch, PlanCache, align
-from .mask import score_mask
-from .params import AttnOptions, lse_strides, problem_dims, row_strides
-from .scores import masked_scores, transformed_scores
-from .seqlen_info import ROW_COUNTS, sequence_bounds
-from .tma import load_tile, row_tiles, tma_usable
 
 
 @triton.jit(do_not_specialize=ROW_COUNTS)

@@ -14,14 +14,20 @@ without a right window edge) loops over several. Three warp partitions:
 
 FUSED_DQ (FlashAttention-3's five matmuls per tile pair): the consumers also compute dQ = dS K for the tile,
 each warpgroup half of its columns, and add it into an fp32 dQ buffer with one bulk (TMA) reduce-add per
-tile. Without it dQ comes from the portable dQ kernel (backward.py): the deterministic path, since
+tile. Without it dQ comes from the portable dQ kernel (portable/backward.py): the deterministic path, since
 reduce-adds land in any order.
 """
 
 import torch
 
-from .block_range import q_range_for_kv_tile
-from .common import LOG2E, cdiv
+from ..common import LOG2E, cdiv
+from ..device.block_range import q_range_for_kv_tile
+from ..device.mask import score_mask_rel
+from ..device.scores import transformed_scores
+from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
+from ..launch import Launch
+from ..params import AttnOptions, lse_strides, problem_dims, row_strides
+from .common import WG_M, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
 from .gluon_api import (
     fence_async_shared,
     gl,
@@ -34,12 +40,6 @@ from .gluon_api import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from .launch import Launch
-from .mask import score_mask_rel
-from .params import AttnOptions, lse_strides, problem_dims, row_strides
-from .scores import transformed_scores
-from .seqlen_info import ROW_COUNTS, sequence_bounds
-from .sm90_common import WG_M, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
 
 # head dim -> tuning, measured on the H100 (benchmarks/NOTES.md). FUSED_DQ needs query tiles of 64 rows or
 # more (wgmma's M for dQ = dS K); the dK/dV-only kernel (deterministic calls) keeps 32-row tiles.
@@ -412,7 +412,7 @@ def attention_bwd_sm90_kernel(
     warpgroup), or with SPLIT_D of 64 (half the head dim per warpgroup). The work items are the (key tile,
     batch x kv head) pairs; program i takes items i, i + grid, ... (a persistent grid when the launch is
     smaller than the work: the producer then loads the next item's K and V while the consumers write the
-    last one's dK and dV). Descriptors as in fwd_sm90."""
+    last one's dK and dV). Descriptors as in forward.py."""
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = WG_M if SPLIT_D else 2 * WG_M
     dtype: gl.constexpr = q_desc.dtype
@@ -531,7 +531,7 @@ def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
 
 
 class Sm90Backward:
-    """The Gluon launch of a backward plan (backward.py): dK and dV, and with `fused_dq` dQ as well (into
+    """The Gluon launch of a backward plan (portable/backward.py): dK and dV, and with `fused_dq` dQ as well (into
     an fp32 buffer the plan zeroes and converts); else the plan's dQ kernel computes dQ."""
 
     def __init__(self, dout, q, k, v, lse, opts: AttnOptions) -> None:
@@ -575,7 +575,7 @@ class Sm90Backward:
 
 
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
-    """fwd_sm90.compile_for_sm90 for this kernel; FUSED_DQ=False compiles the deterministic dK/dV-only one."""
+    """forward.compile_for_sm90 for this kernel; FUSED_DQ=False compiles the deterministic dK/dV-only one."""
     fused = flags.get("FUSED_DQ", True)
     constants = dict((CONFIGS if fused else CONFIGS_DKDV)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False)

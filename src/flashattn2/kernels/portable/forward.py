@@ -4,18 +4,18 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
-from .block_range import kv_range_for_q_tile
-from .common import INTERPRET, LOG2E, cdiv, load_rows, long_rows, mma, padded_head_dim, round_to, store_rows
+from .. import common
+from ..common import INTERPRET, LOG2E, cdiv, load_rows, long_rows, mma, padded_head_dim, round_to, store_rows
+from ..device.block_range import kv_range_for_q_tile
+from ..device.dropout import dropout_keep
+from ..device.mask import score_mask
+from ..device.scores import fp8_scales, masked_scores, transformed_scores
+from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
+from ..device.softmax import finalize, online_softmax_update
+from ..launch import Launch, PlanCache, align
+from ..params import AttnOptions, lse_strides, problem_dims, row_strides
+from ..tma import load_tile, row_tiles, tma_usable
 from .configs import FwdConfig, fwd_config
-from .dropout import dropout_keep
-from .launch import Launch, PlanCache, align
-from .mask import score_mask
-from .params import AttnOptions, lse_strides, problem_dims, row_strides
-from .scores import fp8_scales, masked_scores, transformed_scores
-from .seqlen_info import ROW_COUNTS, sequence_bounds
-from .softmax import finalize, online_softmax_update
-from .tma import load_tile, row_tiles, tma_usable
 from .v_layout import keys_last, keys_last_layout
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .common import INTERPRET, capability
+from ..common import INTERPRET, capability
 
 
 @dataclass(frozen=True)

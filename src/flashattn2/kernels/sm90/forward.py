@@ -15,7 +15,7 @@ batches store with masked pointer stores, since a descriptor cannot end at each 
 
 IS_FP8 (FlashAttention-3's FP8 path): q, k, v in e4m3 with (batch, kv head) descales folded into the
 score scale and the output; P goes to the PV matmul in e4m3, scaled by 2**8, through shared memory.
-FP8 tensor cores read both operands K-major, so each call first copies V keys-last (v_layout.py), keys
+FP8 tensor cores read both operands K-major, so each call first copies V keys-last (portable/v_layout.py), keys
 relabelled within each 64 so that P's stores are 16 bytes wide, and loads it as (head_dim, keys) tiles;
 O (bf16) leaves with pointer stores.
 
@@ -25,9 +25,17 @@ helpers (they compile inside Gluon), so both backends share one definition of ev
 
 import torch
 
-from . import common
-from .block_range import kv_range_for_q_tile
-from .common import LOG2E, cdiv
+from .. import common
+from ..common import LOG2E, cdiv
+from ..device.block_range import kv_range_for_q_tile
+from ..device.mask import score_mask
+from ..device.scores import fp8_scales, transformed_scores
+from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
+from ..device.softmax import finalize, online_softmax_update
+from ..launch import Launch
+from ..params import AttnOptions, lse_strides, problem_dims, row_strides
+from ..portable.v_layout import RELABEL_KEYS, v_keys_last
+from .common import WG_M, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
 from .gluon_api import (
     TensorDescriptor,
     fence_async_shared,
@@ -41,14 +49,6 @@ from .gluon_api import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from .launch import Launch
-from .mask import score_mask
-from .params import AttnOptions, lse_strides, problem_dims, row_strides
-from .scores import fp8_scales, transformed_scores
-from .seqlen_info import ROW_COUNTS, sequence_bounds
-from .sm90_common import WG_M, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
-from .softmax import finalize, online_softmax_update
-from .v_layout import RELABEL_KEYS, v_keys_last
 
 BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 
@@ -520,7 +520,7 @@ def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnO
 
 
 class Sm90ForwardPlan:
-    """ForwardPlan's interface (forward.py) for the Gluon kernel: made once per shape and option set."""
+    """ForwardPlan's interface (portable/forward.py) for the Gluon kernel: made once per shape and option set."""
 
     backend = "gluon-sm90"
 

@@ -1,0 +1,1 @@
+"""@triton.jit device helpers that the portable Triton kernels and the Gluon kernels call."""

@@ -1,0 +1,1 @@
+"""The Hopper (sm_90) kernels in Gluon. Importing this package imports no Gluon."""
