@@ -4,15 +4,13 @@ the head dim with zeros, so streamed tiles need no bounds masks.
 
 Used for dense (batch, seqlen, heads, head_dim) inputs whose base and strides meet TMA's 16-byte
 alignment; packed variable-length batches keep pointer loads, since a descriptor's bounds cannot end
-at each sequence.
+at each sequence. The kernels' side, load_tile, is in device/tma.py.
 """
 
 import torch
-import triton
-import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .common import INTERPRET, capability, load_rows
+from .common import INTERPRET, capability
 
 _ALIGN_BYTES = 16
 
@@ -39,17 +37,3 @@ def row_tiles(x: torch.Tensor, block_rows: int, block_d: int) -> TensorDescripto
     """A descriptor over dense x (batch, seqlen, heads, head_dim) handing out (block_rows, block_d)
     tiles of one (batch, head)."""
     return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, block_rows, 1, block_d])
-
-
-@triton.jit
-def load_tile(src, off_b, off_h, start, offs_rows, n_rows, stride_row, offs_d,
-              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-              CHECK_ROWS: tl.constexpr, USE_TMA: tl.constexpr):
-    """Rows [start, start + BLOCK_R) of one (batch, head): src is a row_tiles descriptor with USE_TMA,
-    else a pointer to that (batch, head)'s first row."""
-    if USE_TMA:
-        tile = src.load([off_b, start, off_h, 0]).reshape(BLOCK_R, BLOCK_D)
-    else:
-        tile = load_rows(src + offs_rows[:, None] * stride_row + offs_d[None, :], offs_rows, n_rows, offs_d,
-                         HEAD_DIM, BLOCK_D, CHECK_ROWS)
-    return tile

@@ -23,9 +23,10 @@ from ..device.dropout import dropout_keep
 from ..device.mask import score_mask
 from ..device.scores import masked_scores, transformed_scores
 from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
+from ..device.tma import load_tile
 from ..launch import Launch, PlanCache, align
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
-from ..tma import load_tile, row_tiles, tma_usable
+from ..tma import row_tiles, tma_usable
 from .configs import BwdConfig, bwd_config
 
 

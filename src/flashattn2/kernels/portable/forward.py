@@ -12,9 +12,10 @@ from ..device.mask import score_mask
 from ..device.scores import fp8_scales, masked_scores, transformed_scores
 from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
 from ..device.softmax import finalize, online_softmax_update
+from ..device.tma import load_tile
 from ..launch import Launch, PlanCache, align
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
-from ..tma import load_tile, row_tiles, tma_usable
+from ..tma import row_tiles, tma_usable
 from .configs import FwdConfig, fwd_config
 from .v_layout import keys_last, keys_last_layout
 
