@@ -354,29 +354,18 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
                 alibi_slope = 0.0
                 if HAS_ALIBI:
                     alibi_slope = gl.load(AlibiSlopes + off_b.to(gl.int64) * stride_alibi_b + off_h) * LOG2E
-                # query tiles the diagonal (window's right edge) or a sequence end crosses, tiles that see the
-                # whole key tile, then tiles cut by the window's left edge
-                for start_m in range(m_lo, m_full_lo, BLOCK_M):
-                    dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem,
-                                   lse_smem, delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b,
-                                   q_start, off_h, offs_n, n_rows, n_keys, qk_scale, softmax_scale, window_left,
-                                   window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES,
-                                   HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, FUSED_DQ, SPLIT_D)
-                    it += 1
-                for start_m in range(m_full_lo, m_full_hi, BLOCK_M):
-                    dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem,
-                                   lse_smem, delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b,
-                                   q_start, off_h, offs_n, n_rows, n_keys, qk_scale, softmax_scale, window_left,
-                                   window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES,
-                                   HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, FUSED_DQ, SPLIT_D)
-                    it += 1
-                for start_m in range(m_full_hi, m_hi, BLOCK_M):
-                    dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem,
-                                   lse_smem, delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b,
-                                   q_start, off_h, offs_n, n_rows, n_keys, qk_scale, softmax_scale, window_left,
-                                   window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES,
-                                   HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, FUSED_DQ, SPLIT_D)
-                    it += 1
+                # query tiles the diagonal (window's right edge) or a sequence end crosses (masked), tiles that
+                # see the whole key tile, then tiles cut by the window's left edge (masked)
+                bounds = (m_lo, m_full_lo, m_full_hi, m_hi)
+                for r in gl.static_range(3):
+                    for start_m in range(bounds[r], bounds[r + 1], BLOCK_M):
+                        dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
+                                       dq_smem, lse_smem, delta_smem, q_ready, do_ready, empty, p_ready, ds_ready,
+                                       dq_desc, tma_b, q_start, off_h, offs_n, n_rows, n_keys, qk_scale,
+                                       softmax_scale, window_left, window_right, softcap_in2, softcap_out,
+                                       alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                                       HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D)
+                        it += 1
             # every matmul of this warpgroup that read K or V has retired (each step waits for its own): the
             # producer may load the next work item's while this one's dK and dV go out
             mbarrier.arrive(kv_empty, count=1)
