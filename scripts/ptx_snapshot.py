@@ -6,7 +6,8 @@ can show it left the generated code alone:
 
 The Gluon kernels need a Triton with Gluon (3.6 is what the GPU machines run). Modules are looked up
 under their current paths first, then under the flat kernels/ layout of before issue 25, so that one
-script snapshots both. --compare drops debug lines (.loc, .file, .debug_* sections) before comparing.
+script snapshots both. --compare drops debug lines (.loc, .file, the $L__tmp labels only the line table uses, .debug_*
+sections) before comparing.
 """
 
 import argparse
@@ -133,7 +134,7 @@ def gluon_variants():
 def strip_debug(ptx: str) -> str:
     ptx = re.sub(r"\.section\s+\.debug_\w+\s*\{.*?\}", "", ptx, flags=re.S)
     return "\n".join(line for line in ptx.splitlines()
-                     if not re.match(r"\s*(\.loc|\.file)\b", line) and line.strip())
+                     if not re.match(r"\s*(\.loc|\.file)\b|\s*\$L__tmp\d+:", line) and line.strip())
 
 
 def snapshot(out: str) -> None:

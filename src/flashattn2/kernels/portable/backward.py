@@ -199,27 +199,17 @@ def attention_bwd_dkdv_kernel(
         if HAS_ALIBI:
             alibi_slope = tl.load(AlibiSlopes + off_b64 * stride_alibi_b + off_h) * LOG2E
         head_idx = off_b * nheads + off_h
-        # rows the diagonal (window's right edge) or a sequence end crosses, rows that see the whole
-        # tile, then rows cut by the window's left edge
-        dk, dv = _dkdv_from_q_tiles(
-            dk, dv, k, v, q_src, do_src, dq_dst, Lse + row_off, Delta + row_off, off_b, off_h, stride_qm, stride_dom,
-            stride_dqm, offs_n, offs_d, m_lo, m_full_lo, seqlen_q, seqlen_k, qk_scale, softmax_scale,
-            window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
-            HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, True,
-            ATOMIC_DQ, USE_TMA, TMA_DQ, INTERPRET)
-        dk, dv = _dkdv_from_q_tiles(
-            dk, dv, k, v, q_src, do_src, dq_dst, Lse + row_off, Delta + row_off, off_b, off_h, stride_qm, stride_dom,
-            stride_dqm, offs_n, offs_d, m_full_lo, m_full_hi, seqlen_q, seqlen_k, qk_scale, softmax_scale,
-            window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
-            HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, False,
-            ATOMIC_DQ, USE_TMA, TMA_DQ, INTERPRET)
-        if HAS_LEFT:
-            dk, dv = _dkdv_from_q_tiles(
-                dk, dv, k, v, q_src, do_src, dq_dst, Lse + row_off, Delta + row_off, off_b, off_h, stride_qm,
-                stride_dom, stride_dqm, offs_n, offs_d, m_full_hi, m_hi, seqlen_q, seqlen_k, qk_scale, softmax_scale,
-                window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
-                HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, True,
-                ATOMIC_DQ, USE_TMA, TMA_DQ, INTERPRET)
+        # rows the diagonal (window's right edge) or a sequence end crosses (masked), rows that see the whole
+        # tile, then rows cut by the window's left edge (masked; the range is empty without one)
+        bounds = (m_lo, m_full_lo, m_full_hi, m_hi)
+        for r in tl.static_range(3):
+            if r != 2 or HAS_LEFT:
+                dk, dv = _dkdv_from_q_tiles(
+                    dk, dv, k, v, q_src, do_src, dq_dst, Lse + row_off, Delta + row_off, off_b, off_h, stride_qm,
+                    stride_dom, stride_dqm, offs_n, offs_d, bounds[r], bounds[r + 1], seqlen_q, seqlen_k, qk_scale,
+                    softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx,
+                    dropout_p, HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+                    r != 1, ATOMIC_DQ, USE_TMA, TMA_DQ, INTERPRET)
 
     # dK = scale * dS^T Q: the softmax scale is applied once, here
     dk_base = dK + off_b64 * stride_dkb + k_start64 * stride_dkn + off_hk.to(tl.int64) * stride_dkh
@@ -323,22 +313,16 @@ def attention_bwd_dq_kernel(
         v_src = V + off_b64 * stride_vb + k_start64 * stride_vn + off_hk.to(tl.int64) * stride_vh
     n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, window_left,
                                                            window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    if HAS_LEFT:
-        dq = _dq_from_kv_tiles(
-            dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_lo,
-            seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-            seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-            HAS_DROPOUT, True, USE_TMA, INTERPRET)
-    dq = _dq_from_kv_tiles(
-        dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_lo, n_full_hi,
-        seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-        seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, False, USE_TMA, INTERPRET)
-    dq = _dq_from_kv_tiles(
-        dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_hi, n_hi,
-        seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-        seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, True, USE_TMA, INTERPRET)
+    # as the forward: key tiles cut by the window's left edge (masked; empty without one), whole, then crossed by
+    # the diagonal or the end of the keys (masked)
+    bounds = (n_lo, n_full_lo, n_full_hi, n_hi)
+    for r in tl.static_range(3):
+        if r != 0 or HAS_LEFT:
+            dq = _dq_from_kv_tiles(
+                dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, bounds[r],
+                bounds[r + 1], seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+                alibi_slope, seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                HAS_ALIBI, HAS_DROPOUT, r != 1, USE_TMA, INTERPRET)
     store_rows(dQ + off_b64 * stride_dqb + q_start64 * stride_dqm + off_h64 * stride_dqh
                + offs_m[:, None] * stride_dqm + offs_d[None, :],
                round_to(dq * softmax_scale, dQ.dtype.element_ty, INTERPRET),

@@ -125,25 +125,17 @@ def attention_fwd_kernel(
 
     n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, window_left,
                                                            window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    if HAS_LEFT:
-        # tiles cut by the window's left edge (without one this range is empty)
-        acc, m_i, l_i = _attend_kv_tiles(
-            acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_lo,
-            seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-            seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-            HAS_DROPOUT, True, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd)
-    # tiles that every row sees whole: no mask arithmetic at all
-    acc, m_i, l_i = _attend_kv_tiles(
-        acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_lo, n_full_hi,
-        seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-        seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, False, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd)
-    # tiles crossed by the diagonal (the window's right edge) or by the end of the keys
-    acc, m_i, l_i = _attend_kv_tiles(
-        acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_full_hi, n_hi,
-        seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-        seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        HAS_DROPOUT, True, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd)
+    # tiles cut by the window's left edge (masked; the range is empty without one), tiles that every row sees
+    # whole (no mask arithmetic at all), tiles crossed by the diagonal (the window's right edge) or by the end
+    # of the keys (masked)
+    bounds = (n_lo, n_full_lo, n_full_hi, n_hi)
+    for r in tl.static_range(3):
+        if r != 0 or HAS_LEFT:
+            acc, m_i, l_i = _attend_kv_tiles(
+                acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, bounds[r],
+                bounds[r + 1], seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+                alibi_slope, seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                HAS_ALIBI, HAS_DROPOUT, r != 1, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd)
 
     out, lse = finalize(acc, m_i, l_i, P_SHIFT)
     if HAS_DROPOUT:
