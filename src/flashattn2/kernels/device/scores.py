@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from ..common import mma
-from .mask import score_mask
+from .mask import score_mask, score_mask_rel
 
 
 @triton.jit
@@ -48,15 +48,14 @@ def fp8_scales(QDescale, KDescale, VDescale, off_b, off_hk, nheads_k, qk_scale, 
 
 
 @triton.jit
-def masked_scores(q, k, q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
-                  softcap_out, alibi_slope, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                  HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MASKED: tl.constexpr,
-                  INTERPRET: tl.constexpr):
-    """The scores of one tile, q rows against k rows: q k^T, softcap and ALiBi, then the window and sequence-end
-    mask (-inf where hidden) on MASKED tiles only. q_idx and k_idx come pre-broadcast.
+def score_tail(s, q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+               alibi_slope, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+               HAS_ALIBI: tl.constexpr, MASKED: tl.constexpr, MASK_REL: tl.constexpr = False):
+    """What every kernel does to a tile of raw q.k scores, Gluon included: softcap and ALiBi, then the window and
+    sequence-end mask (-inf where hidden) on MASKED tiles only. q_idx and k_idx come pre-broadcast, either way
+    round; MASK_REL takes the mask as key - query offsets (mask.score_mask_rel, keys x queries tiles).
 
     Returns (scores, the scale that turns them into log2 units, tanh of the softcap for the backward)."""
-    s = mma(q, tl.trans(k), None, INTERPRET)
     if HAS_SOFTCAP or HAS_ALIBI:
         # the transform needs the scaled scores: they come back in log2 units
         s, tanh_s = transformed_scores(s, q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, softcap_in2, softcap_out,
@@ -66,6 +65,21 @@ def masked_scores(q, k, q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, window_left,
         tanh_s = s  # unused without softcap; the compiler drops it
         scale_log2 = qk_scale
     if MASKED:
-        s = tl.where(score_mask(q_idx, k_idx, seqlen_q, seqlen_k, window_left, window_right, HAS_LEFT, HAS_RIGHT), s,
-                     float("-inf"))
+        if MASK_REL:
+            visible = score_mask_rel(k_idx, q_idx, seqlen_q, seqlen_k, window_left, window_right, HAS_LEFT,
+                                     HAS_RIGHT)
+        else:
+            visible = score_mask(q_idx, k_idx, seqlen_q, seqlen_k, window_left, window_right, HAS_LEFT, HAS_RIGHT)
+        s = tl.where(visible, s, float("-inf"))
     return s, scale_log2, tanh_s
+
+
+@triton.jit
+def masked_scores(q, k, q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
+                  softcap_out, alibi_slope, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                  HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, MASKED: tl.constexpr,
+                  INTERPRET: tl.constexpr):
+    """q k^T of one tile, q rows against k rows, then score_tail. Returns what score_tail does."""
+    return score_tail(mma(q, tl.trans(k), None, INTERPRET), q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, window_left,
+                      window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                      HAS_ALIBI, MASKED)

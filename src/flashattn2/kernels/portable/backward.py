@@ -20,8 +20,7 @@ from .. import backends, common
 from ..common import INTERPRET, LOG2E, cdiv, load_rows, long_rows, mma, padded_head_dim, round_to, store_rows
 from ..device.block_range import kv_range_for_q_tile, q_range_for_kv_tile
 from ..device.dropout import dropout_keep
-from ..device.mask import score_mask
-from ..device.scores import masked_scores, transformed_scores
+from ..device.scores import masked_scores, score_tail
 from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
 from ..device.tma import load_tile
 from ..launch import Launch, PlanCache, align
@@ -83,17 +82,10 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base
                       BLOCK_M, True, USE_TMA)
         # rows past seqlen_q load lse = +inf, which makes their probabilities exactly 0
         lse = tl.load(lse_base + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
-        sT = mma(k, tl.trans(q), None, INTERPRET)
-        if HAS_SOFTCAP or HAS_ALIBI:
-            sT, tanhT = transformed_scores(sT, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
-                                           softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
-            scale_log2 = 1.0
-        else:
-            scale_log2 = qk_scale
-        if MASKED:
-            visible = score_mask(offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, window_left,
-                                 window_right, HAS_LEFT, HAS_RIGHT)
-            sT = tl.where(visible, sT, float("-inf"))
+        sT, scale_log2, tanhT = score_tail(mma(k, tl.trans(q), None, INTERPRET), offs_m[None, :], offs_n[:, None],
+                                           seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
+                                           softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                                           MASKED)
         pT = tl.math.exp2(sT * scale_log2 - lse[None, :])
         do = load_tile(do_src, off_b, off_h, start_m, offs_m, seqlen_q, stride_dom, offs_d, HEAD_DIM, BLOCK_D,
                        BLOCK_M, True, USE_TMA)

@@ -22,8 +22,7 @@ import torch
 
 from ..common import LOG2E, cdiv
 from ..device.block_range import q_range_for_kv_tile
-from ..device.mask import score_mask_rel
-from ..device.scores import transformed_scores
+from ..device.scores import score_tail
 from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
@@ -171,16 +170,9 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
                             use_acc=False, is_async=True)
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
-    if HAS_SOFTCAP or HAS_ALIBI:
-        st, tanht = transformed_scores(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
-                                       softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
-        scale_log2 = 1.0
-    else:
-        scale_log2 = qk_scale
-    if MASKED:
-        visible = score_mask_rel(offs_n[:, None], offs_m[None, :], seqlen_q, seqlen_k, window_left, window_right,
-                                 HAS_LEFT, HAS_RIGHT)
-        st = gl.where(visible, st, float("-inf"))
+    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
+                                       window_left, window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT,
+                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, MASK_REL=True)
     # read from shared memory here, where it is used: loaded earlier it was spilled across the mask arithmetic
     lse = lse_smem.index(stage).load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st * scale_log2 - lse[None, :])
@@ -242,16 +234,9 @@ def _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_
                             gl.zeros([WG_M, HALF_M], gl.float32, s_layout), use_acc=False, is_async=True)
     offs_m = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
-    if HAS_SOFTCAP or HAS_ALIBI:
-        st, tanht = transformed_scores(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
-                                       softcap_in2, softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
-        scale_log2 = 1.0
-    else:
-        scale_log2 = qk_scale
-    if MASKED:
-        visible = score_mask_rel(offs_n[:, None], offs_m[None, :], seqlen_q, seqlen_k, window_left, window_right,
-                                 HAS_LEFT, HAS_RIGHT)
-        st = gl.where(visible, st, float("-inf"))
+    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
+                                       window_left, window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT,
+                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, MASK_REL=True)
     lse = lse_smem.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st * scale_log2 - lse[None, :])
     # P and dS are kept query-major ([queries, keys]): each warpgroup's rows are a whole-swizzle slice

@@ -28,8 +28,7 @@ import torch
 from .. import common
 from ..common import LOG2E, cdiv
 from ..device.block_range import kv_range_for_q_tile
-from ..device.mask import score_mask
-from ..device.scores import fp8_scales, transformed_scores
+from ..device.scores import fp8_scales, score_tail
 from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
 from ..device.softmax import finalize, online_softmax_update
 from ..launch import Launch
@@ -187,16 +186,9 @@ def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_le
     """Raw scores of one tile -> P (dtype, in the PV matmul's A-operand layout; FP8: as computed, for its
     shared buffer), alpha, new m_i, l_i."""
     offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
-    if HAS_SOFTCAP or HAS_ALIBI:
-        s, _ = transformed_scores(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, softcap_in2,
-                                  softcap_out, alibi_slope, HAS_SOFTCAP, HAS_ALIBI)
-        scale = 1.0
-    else:
-        scale = qk_scale
-    if MASKED:
-        visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left, window_right,
-                             HAS_LEFT, HAS_RIGHT)
-        s = gl.where(visible, s, float("-inf"))
+    s, scale, _ = score_tail(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left,
+                             window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                             HAS_ALIBI, MASKED)
     p, alpha, m_i, l_i = online_softmax_update(s, m_i, l_i, scale, MASKED, P_SHIFT)
     if IS_FP8:
         p = p.to(dtype)
