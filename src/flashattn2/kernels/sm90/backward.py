@@ -153,7 +153,7 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
           HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
           FUSED_DQ: gl.constexpr):
     """One (Q, dO) tile into this warpgroup's dK, dV (and its columns of dQ): the contract of
-    backward._dkdv_from_q_tiles."""
+    portable.backward._dkdv_from_q_tiles."""
     s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
     dyn = it >> 30  # as in _step_cols: no hoisted (spilled) wgmma descriptors
     stage = it % STAGES + dyn
@@ -381,7 +381,7 @@ def attention_bwd_sm90_kernel(
     SPLIT_D: gl.constexpr,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
-    backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
+    portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
     into dq_desc's fp32 buffer (pre-scaled by softmax_scale). Key tiles of 128 (a 64-key half per
     warpgroup), or with SPLIT_D of 64 (half the head dim per warpgroup). The work items are the (key tile,
     batch x kv head) pairs; program i takes items i, i + grid, ... (a persistent grid when the launch is
