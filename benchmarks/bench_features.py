@@ -26,17 +26,18 @@ from flashattn2.bench import collect_meta, default_stem
 HEADS, HDIM, TOKENS = 16, 128, 16384
 
 
-def _time_fwd_bwd(fn: Callable[[], torch.Tensor], leaves: list[torch.Tensor]) -> tuple[float, float]:
-    """Median ms of the forward (no grad) and of the backward alone."""
+def time_fwd_bwd(fn: Callable[[], torch.Tensor], leaves: list[torch.Tensor], warmup: int = 20,
+                 rep: int = 80) -> tuple[float, float]:
+    """Median ms of the forward (no grad) and of the backward alone (masks_vs_flex.py times with it too)."""
     import triton.testing
 
     with torch.no_grad():
         fn()
-        fwd = triton.testing.do_bench(fn, warmup=20, rep=80, return_mode="median")
+        fwd = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
     out = fn()
     dout = torch.randn_like(out)
     out.backward(dout, retain_graph=True)
-    bwd = triton.testing.do_bench(lambda: out.backward(dout, retain_graph=True), warmup=20, rep=80,
+    bwd = triton.testing.do_bench(lambda: out.backward(dout, retain_graph=True), warmup=warmup, rep=rep,
                                   grad_to_none=leaves, return_mode="median")
     return fwd, bwd
 
@@ -63,30 +64,30 @@ def run() -> list[dict]:
     # window: the sequence is 16x the window, so the windowed run should cost ~1/8 of full causal
     q, k, v = (_rand(1, 16384, HEADS, HDIM) for _ in range(3))
     for variant, kwargs in (("causal", {}), ("causal + window (1024, 0)", {"window_size": (1024, 0)})):
-        rows.append(_row("window", variant, *_time_fwd_bwd(
+        rows.append(_row("window", variant, *time_fwd_bwd(
             lambda kwargs=kwargs: flash_attn_func(q, k, v, causal=True, **kwargs), [q, k, v])))
     del q, k, v
 
     q, k, v = (_rand(4, 4096, HEADS, HDIM) for _ in range(3))
     qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
     slopes = torch.rand(HEADS, device="cuda", dtype=torch.float32) * 0.1
-    rows.append(_row("baseline", "causal (ours)", *_time_fwd_bwd(
+    rows.append(_row("baseline", "causal (ours)", *time_fwd_bwd(
         lambda: flash_attn_func(q, k, v, causal=True), [q, k, v])))
-    rows.append(_row("alibi", "causal + ALiBi (ours)", *_time_fwd_bwd(
+    rows.append(_row("alibi", "causal + ALiBi (ours)", *time_fwd_bwd(
         lambda: flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes), [q, k, v])))
     pos = torch.arange(4096, device="cuda")
     bias = (-slopes[:, None, None] * (pos[:, None] - pos[None, :]).abs()).masked_fill(
         pos[None, :] > pos[:, None], float("-inf")).to(torch.bfloat16)[None]
-    rows.append(_row("alibi", "causal + ALiBi as a mask (SDPA mem-eff)", *_time_fwd_bwd(
+    rows.append(_row("alibi", "causal + ALiBi as a mask (SDPA mem-eff)", *time_fwd_bwd(
         lambda bias=bias: _sdpa(qt, kt, vt, SDPBackend.EFFICIENT_ATTENTION, attn_mask=bias), [qt, kt, vt])))
     del bias
-    rows.append(_row("softcap", "causal + softcap 30 (ours)", *_time_fwd_bwd(
+    rows.append(_row("softcap", "causal + softcap 30 (ours)", *time_fwd_bwd(
         lambda: flash_attn_func(q, k, v, causal=True, softcap=30.0), [q, k, v])))
-    rows.append(_row("dropout", "causal + dropout 0.1 (ours)", *_time_fwd_bwd(
+    rows.append(_row("dropout", "causal + dropout 0.1 (ours)", *time_fwd_bwd(
         lambda: flash_attn_func(q, k, v, causal=True, dropout_p=0.1), [q, k, v])))
-    rows.append(_row("dropout", "causal (SDPA-flash)", *_time_fwd_bwd(
+    rows.append(_row("dropout", "causal (SDPA-flash)", *time_fwd_bwd(
         lambda: _sdpa(qt, kt, vt, SDPBackend.FLASH_ATTENTION, is_causal=True), [qt, kt, vt])))
-    rows.append(_row("dropout", "causal + dropout 0.1 (SDPA-flash)", *_time_fwd_bwd(
+    rows.append(_row("dropout", "causal + dropout 0.1 (SDPA-flash)", *time_fwd_bwd(
         lambda: _sdpa(qt, kt, vt, SDPBackend.FLASH_ATTENTION, is_causal=True, dropout_p=0.1), [qt, kt, vt])))
     del q, k, v, qt, kt, vt
 
@@ -98,13 +99,13 @@ def run() -> list[dict]:
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     longest = max(lengths)
     q, k, v = (_rand(sum(lengths), HEADS, HDIM) for _ in range(3))
-    rows.append(_row("varlen", f"packed, {len(lengths)} sequences, causal (ours)", *_time_fwd_bwd(
+    rows.append(_row("varlen", f"packed, {len(lengths)} sequences, causal (ours)", *time_fwd_bwd(
         lambda: flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True), [q, k, v])))
     qp, kp, vp = (_rand(len(lengths), longest, HEADS, HDIM) for _ in range(3))
-    rows.append(_row("varlen", f"padded to {len(lengths)} x {longest}, causal (ours)", *_time_fwd_bwd(
+    rows.append(_row("varlen", f"padded to {len(lengths)} x {longest}, causal (ours)", *time_fwd_bwd(
         lambda: flash_attn_func(qp, kp, vp, causal=True), [qp, kp, vp])))
     qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (qp, kp, vp))
-    rows.append(_row("varlen", f"padded to {len(lengths)} x {longest}, causal (SDPA-flash)", *_time_fwd_bwd(
+    rows.append(_row("varlen", f"padded to {len(lengths)} x {longest}, causal (SDPA-flash)", *time_fwd_bwd(
         lambda: _sdpa(qt, kt, vt, SDPBackend.FLASH_ATTENTION, is_causal=True), [qt, kt, vt])))
     return rows
 

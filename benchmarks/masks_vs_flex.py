@@ -17,6 +17,7 @@ import triton
 import triton.testing
 
 import flashattn2
+from bench_features import time_fwd_bwd
 from flashattn2 import flash_attn_func, flash_attn_varlen_func
 
 TOKENS, HEADS, HDIM, WINDOW, DOCS = 32768, 16, 128, 4096, 8
@@ -33,19 +34,7 @@ def _pairs(mask: str) -> int:
 
 def _bench(attn, leaves) -> tuple[float, float]:
     """Median ms of attn(*leaves) (no grad) and of its backward alone."""
-
-    def fn_fwd():
-        return attn(*leaves)
-
-    with torch.no_grad():
-        fn_fwd()
-        fwd = triton.testing.do_bench(fn_fwd, warmup=25, rep=100, return_mode="median")
-    out = fn_fwd()
-    dout = torch.randn_like(out)
-    out.backward(dout, retain_graph=True)
-    bwd = triton.testing.do_bench(lambda: out.backward(dout, retain_graph=True), warmup=25, rep=100,
-                                  grad_to_none=leaves, return_mode="median")
-    return fwd, bwd
+    return time_fwd_bwd(lambda: attn(*leaves), leaves, warmup=25, rep=100)
 
 
 def _flex(mask: str):
