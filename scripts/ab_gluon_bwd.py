@@ -19,10 +19,9 @@ from flashattn2.kernels.sm90 import backward as bwd_sm90
 
 # the head dim's tunings in bwd_sm90 ("fused": CONFIGS, "dkdv": CONFIGS_DKDV), filled in by main()
 VARIANTS = {}
-# --variants NAME...: more tunings to try (a 64-row tile's ring fits more stages at head dim 64)
-MORE = {"fused-m64-s3": dict(BLOCK_M=64, STAGES=3, FUSED_DQ=True, SPLIT_D=False),
-        "fused-m64-s4": dict(BLOCK_M=64, STAGES=4, FUSED_DQ=True, SPLIT_D=False),
-        "fused-m128-s2": dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False)}
+ROUNDS = 1
+# --try NAME:KEY=VALUE,...: the head dim's fused tuning with those keys changed, as variant "fused-NAME"
+# (for example rows:DQ_ROWS=1 or m64-s3:BLOCK_M=64,STAGES=3)
 # --extra: the options' cells (bf16 d128, 4k tokens unless named), name -> (causal, seqlen, kv heads, options)
 EXTRA = {"softcap": (True, 4096, 16, dict(softcap=30.0)), "alibi": (True, 4096, 16, dict(alibi=True)),
          "gqa-8": (True, 4096, 2, {}), "window-512": (True, 16384, 16, dict(window_left=511))}
@@ -78,8 +77,11 @@ def measure(hdim: int, causal: bool, seqlen: int, dtype: torch.dtype, nheads_k: 
         o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
         dot = dout.transpose(1, 2).contiguous()
         fns["cudnn"] = lambda: torch.autograd.grad(o, (qt, kt, vt), dot, retain_graph=True)
-        for name, fn in fns.items():
-            row[name] = round(flops / triton.testing.do_bench(fn, warmup=25, rep=100) / 1e9, 1)
+        # alternating rounds, best kept: a variant is not favoured by when it ran
+        for _ in range(ROUNDS):
+            for name, fn in fns.items():
+                tflops = round(flops / triton.testing.do_bench(fn, warmup=25, rep=100) / 1e9, 1)
+                row[name] = max(row.get(name, 0.0), tflops)
     return row
 
 
@@ -92,17 +94,26 @@ def main():
     ap.add_argument("--extra", action="store_true", help="also the options' cells (EXTRA), bf16")
     ap.add_argument("--hdim", type=int, default=128)
     ap.add_argument("--grid", action="store_true", help="also the fused kernel with one program per work item")
-    ap.add_argument("--variants", nargs="*", default=[], choices=sorted(MORE))
+    ap.add_argument("--try", dest="tries", nargs="*", default=[],
+                    help="NAME:KEY=VALUE,... variants of the fused tuning")
+    ap.add_argument("--no-dkdv", action="store_true", help="leave out the deterministic (dK/dV-only) kernel")
+    ap.add_argument("--rounds", type=int, default=1, help="alternating timing rounds per shape, best kept")
     args = ap.parse_args()
+    global ROUNDS
+    ROUNDS = args.rounds
     VARIANTS["fused"] = dict(bwd_sm90.CONFIGS[args.hdim])
-    VARIANTS["dkdv"] = dict(bwd_sm90.CONFIGS_DKDV[args.hdim])
+    if not args.no_dkdv:
+        VARIANTS["dkdv"] = dict(bwd_sm90.CONFIGS_DKDV[args.hdim])
     if args.grid:
         VARIANTS["fused-grid"] = dict(bwd_sm90.CONFIGS[args.hdim], PERSISTENT=False)
     for kv in args.set:
         key, value = kv.split("=")
         for tuning in VARIANTS.values():
             tuning[key] = int(value)
-    VARIANTS.update({name: MORE[name] for name in args.variants})
+    for spec in args.tries:
+        name, changes = spec.split(":")
+        VARIANTS["fused-" + name] = dict(bwd_sm90.CONFIGS[args.hdim], **{
+            key: int(value) for key, value in (change.split("=") for change in changes.split(","))})
     rows = []
     for dtype in args.dtypes:
         for causal in (False, True):

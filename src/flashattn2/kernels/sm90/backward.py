@@ -13,8 +13,8 @@ without a right window edge) loops over several. Three warp partitions:
   columns of dV, dK (and dQ). dK and dV stay in registers for the whole item.
 
 FUSED_DQ (FlashAttention-3's five matmuls per tile pair): the consumers also compute dQ = dS K for the tile,
-each warpgroup half of its columns, and add it into an fp32 dQ buffer with one bulk (TMA) reduce-add per
-tile. Without it dQ comes from the portable dQ kernel (portable/backward.py): the deterministic path, since
+each warpgroup half of its columns (DQ_ROWS, 128-row tiles: half of its rows), and add it into an fp32 dQ
+buffer with one bulk (TMA) reduce-add per tile. Without it dQ comes from the portable dQ kernel (portable/backward.py): the deterministic path, since
 reduce-adds land in any order.
 """
 
@@ -42,12 +42,14 @@ from .gluon_api import (
 
 # head dim -> tuning, measured on the H100 (benchmarks/NOTES.md). FUSED_DQ needs query tiles of 64 rows or
 # more (wgmma's M for dQ = dS K); the dK/dV-only kernel (deterministic calls) keeps 32-row tiles.
-CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True),
-           128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True),
-           256: dict(BLOCK_M=64, STAGES=1, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True)}
-CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False, PERSISTENT=True),
-                128: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False, PERSISTENT=True),
-                256: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=False, SPLIT_D=True, PERSISTENT=True)}
+# DQ_ROWS: each warpgroup takes half of a 128-row tile's dQ rows, not half of its columns (d64: +1-6% non-causal,
+# +1-2% causal to 4k, 2026-11-24).
+CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=True),
+           128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False),
+           256: dict(BLOCK_M=64, STAGES=1, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False)}
+CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False),
+                128: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False),
+                256: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=False, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False)}
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(240)
 
@@ -119,30 +121,50 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, 
 
 
 @gluon.jit
+def _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG: gl.constexpr, ROW0: gl.constexpr,
+            COL0: gl.constexpr):
+    """Add softmax_scale * dq, this warpgroup's block of a query tile's dQ (rows ROW0.. and columns COL0.. of
+    the tile at dq_row), into the fp32 dQ buffer: staged in shared memory for one bulk (TMA) reduce-add."""
+    # the reduce-add of the last tile must have read the buffer before it is written again
+    tma_store_wait(0)
+    dq_smem.index(WG).store(dq * softmax_scale)
+    fence_async_shared()
+    tma_reduce_add(dq_desc, [tma_b, dq_row + ROW0, dq_head, COL0],
+                   dq_smem.index(WG).reshape([1, dq.shape[0], 1, dq.shape[1]]))
+
+
+@gluon.jit
 def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_row, dq_head, softmax_scale,
-             WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr):
-    """This warpgroup's columns of dQ for one query tile, dS K over both key halves, added into the fp32
-    dQ buffer by one bulk reduce-add. dSᵀ of this half goes to buffer it % 2 for both warpgroups: a
-    warpgroup reaches buffer it % 2 again only after waiting for the other's step it + 1, which comes
-    after that one's dQ matmul of step it retired."""
-    DQ_COLS: gl.constexpr = BLOCK_D // 2
+             WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, DQ_ROWS: gl.constexpr):
+    """This warpgroup's block of dQ for one query tile, dS K over both key halves: half of the columns, or
+    (DQ_ROWS, 128-row tiles) half of the rows with every column, which reads a third less shared memory (N =
+    the head dim, not half of it; FlashAttention-3's d64 layout). dSᵀ of this half goes to buffer it % 2 for
+    both warpgroups: a warpgroup reaches buffer it % 2 again only after waiting for the other's step it + 1,
+    which comes after that one's dQ matmul of step it retired."""
     dyn = it >> 30  # as in _step_cols: no hoisted (spilled) wgmma descriptors
     buf = it % 2 + dyn
     ds_smem.index(2 * buf + WG).store(dst16)
     fence_async_shared()
     mbarrier.arrive(ds_ready.index(buf), count=1)
     mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
-    dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, wgmma_layout(DQ_COLS))
-    for h in gl.static_range(2):
-        k_cols = k_smem.index(h + dyn).reshape([WG_M, BLOCK_D]).slice(WG * DQ_COLS, DQ_COLS, dim=1)
-        dq = warpgroup_mma(ds_smem.index(2 * buf + h).permute([1, 0]), k_cols, dq, use_acc=h > 0, is_async=True)
-    dq = warpgroup_mma_wait(0, deps=[dq])
-    # the reduce-add of the last tile must have read the buffer before it is written again
-    tma_store_wait(0)
-    dq_smem.index(WG).store(dq * softmax_scale)
-    fence_async_shared()
-    tma_reduce_add(dq_desc, [tma_b, dq_row, dq_head, WG * DQ_COLS], dq_smem.index(WG).reshape([1, BLOCK_M, 1,
-                                                                                                DQ_COLS]))
+    if DQ_ROWS:
+        DQ_M: gl.constexpr = BLOCK_M // 2
+        dq = gl.zeros([DQ_M, BLOCK_D], gl.float32, wgmma_layout(BLOCK_D))
+        for h in gl.static_range(2):
+            ds_rows = ds_smem.index(2 * buf + h).slice(WG * DQ_M, DQ_M, dim=1).permute([1, 0])
+            dq = warpgroup_mma(ds_rows, k_smem.index(h + dyn).reshape([WG_M, BLOCK_D]), dq, use_acc=h > 0,
+                               is_async=True)
+        dq = warpgroup_mma_wait(0, deps=[dq])
+        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG, WG * DQ_M, 0)
+    else:
+        DQ_COLS: gl.constexpr = BLOCK_D // 2
+        dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, wgmma_layout(DQ_COLS))
+        for h in gl.static_range(2):
+            k_cols = k_smem.index(h + dyn).reshape([WG_M, BLOCK_D]).slice(WG * DQ_COLS, DQ_COLS, dim=1)
+            dq = warpgroup_mma(ds_smem.index(2 * buf + h).permute([1, 0]), k_cols, dq, use_acc=h > 0,
+                               is_async=True)
+        dq = warpgroup_mma_wait(0, deps=[dq])
+        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG, 0, WG * DQ_COLS)
 
 
 @gluon.jit
@@ -151,7 +173,7 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
           softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
           BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
           HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
-          FUSED_DQ: gl.constexpr):
+          FUSED_DQ: gl.constexpr, DQ_ROWS: gl.constexpr):
     """One (Q, dO) tile into this warpgroup's dK, dV (and its columns of dQ): the contract of
     portable.backward._dkdv_from_q_tiles."""
     s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
@@ -195,7 +217,7 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
     dk_tok = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
     if FUSED_DQ:
         _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_row0 + start_m, off_h,
-                 softmax_scale, WG, BLOCK_M, BLOCK_D)
+                 softmax_scale, WG, BLOCK_M, BLOCK_D, DQ_ROWS)
     dv, dk, pt_op, dst_op = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, pt_op, dst_op])
     mbarrier.arrive(empty.index(stage), count=1)
     return dk, dv
@@ -263,12 +285,7 @@ def _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_
                                is_async=True)
         dv, dk, dq = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, dq_tok])
         mbarrier.arrive(empty.index(stage), count=1)
-        # the reduce-add of the last tile must have read the buffer before it is written again
-        tma_store_wait(0)
-        dq_smem.index(WG).store(dq * softmax_scale)
-        fence_async_shared()
-        tma_reduce_add(dq_desc, [tma_b, dq_row0 + start_m, off_h, WG * COLS],
-                       dq_smem.index(WG).reshape([1, BLOCK_M, 1, COLS]))
+        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row0 + start_m, off_h, softmax_scale, WG, 0, WG * COLS)
     else:
         dv, dk = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok])
         mbarrier.arrive(empty.index(stage), count=1)
@@ -281,7 +298,7 @@ def _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
           qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
           BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
           HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
-          FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr):
+          FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr):
     if SPLIT_D:
         dk, dv = _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem,
                             delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h,
@@ -292,7 +309,8 @@ def _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
         dk, dv = _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem,
                        q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
                        qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG,
-                       BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
+                       BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ,
+                       DQ_ROWS)
     return dk, dv
 
 
@@ -304,7 +322,7 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
               window_left, window_right, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
               IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
-              SPLIT_D: gl.constexpr):
+              SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr):
     # this warpgroup's block of dK and dV: 64 keys of the program's 128 with the whole head dim, or (SPLIT_D)
     # the program's 64 keys with half the head dim's columns
     if SPLIT_D:
@@ -349,7 +367,7 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
                                        dq_desc, tma_b, q_start, off_h, offs_n, n_rows, n_keys, qk_scale,
                                        softmax_scale, window_left, window_right, softcap_in2, softcap_out,
                                        alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                                       HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D)
+                                       HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D, DQ_ROWS)
                         it += 1
             # every matmul of this warpgroup that read K or V has retired (each step waits for its own): the
             # producer may load the next work item's while this one's dK and dV go out
@@ -378,7 +396,7 @@ def attention_bwd_sm90_kernel(
     window_right, softcap_in2, softcap_out, num_tiles,
     BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
-    SPLIT_D: gl.constexpr,
+    SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
     portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
@@ -411,10 +429,11 @@ def attention_bwd_sm90_kernel(
         ds_smem = q_smem
         p_smem = q_smem
     if FUSED_DQ:
-        # each warpgroup's dQ columns for its reduce-add
-        dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, BLOCK_D // 2],
-                                            gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_D // 2],
-                                                                                 gl.float32))
+        # each warpgroup's block of the tile's dQ for its reduce-add: half the columns, or (DQ_ROWS) half the rows
+        DQ_M: gl.constexpr = BLOCK_M // 2 if DQ_ROWS else BLOCK_M
+        DQ_N: gl.constexpr = BLOCK_D if DQ_ROWS else BLOCK_D // 2
+        dq_smem = gl.allocate_shared_memory(gl.float32, [2, DQ_M, DQ_N],
+                                            gl.NVMMASharedLayout.get_default_for([DQ_M, DQ_N], gl.float32))
     else:
         dq_smem = q_smem
     rows_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
@@ -447,13 +466,15 @@ def attention_bwd_sm90_kernel(
                      AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
                      stride_alibi_b, num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
                      qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_N,
-                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D)),
+                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D,
+                     DQ_ROWS)),
         (_consumer, (1, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
                      kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, CuSeqlensQ, CuSeqlensK,
                      AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
                      stride_alibi_b, num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
                      qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_N,
-                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D)),
+                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D,
+                     DQ_ROWS)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(kv_bar)
@@ -465,6 +486,13 @@ def attention_bwd_sm90_kernel(
     for i in gl.static_range(2):
         mbarrier.invalidate(ds_ready.index(i))
         mbarrier.invalidate(p_ready.index(i))
+
+
+def dq_block(tuning: dict, head_dim: int) -> list[int]:
+    """Each warpgroup's block of a dQ reduce-add: half of a query tile's columns, or with DQ_ROWS half its rows."""
+    if tuning["DQ_ROWS"]:
+        return [1, tuning["BLOCK_M"] // 2, 1, head_dim]
+    return [1, tuning["BLOCK_M"], 1, head_dim // 2]
 
 
 def tuning_for(head_dim: int, opts: AttnOptions) -> dict:
@@ -516,7 +544,7 @@ class Sm90Backward:
         self.varlen = opts.varlen
         self.q_block = [1, tuning["BLOCK_M"], 1, head_dim]
         self.kv_block = [1, int(WG_M), 1, head_dim]
-        self.dq_block = [1, tuning["BLOCK_M"], 1, head_dim // 2]
+        self.dq_block = dq_block(tuning, head_dim)
         self.q_layout = shared_layout(self.q_block, q.dtype)
         self.kv_layout = shared_layout(self.kv_block, q.dtype)
         self.dq_layout = shared_layout(self.dq_block, torch.float32)
@@ -560,9 +588,9 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
                  AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
     descriptors = dict(q_desc=block_m, k_desc=64, v_desc=64, do_desc=block_m)
     if fused:
-        dq_block = [1, block_m, 1, head_dim // 2]
-        layout = shared_layout(dq_block, torch.float32)
-        types["dq_desc"] = f"tensordesc<fp32[{','.join(map(str, dq_block))}],{layout!r}>"
+        block = dq_block(constants, head_dim)
+        layout = shared_layout(block, torch.float32)
+        types["dq_desc"] = f"tensordesc<fp32[{','.join(map(str, block))}],{layout!r}>"
     else:
         descriptors["dq_desc"] = block_m
     return compile_gluon(attention_bwd_sm90_kernel, dtype, head_dim, descriptors, types, constants, MAXNREG)
