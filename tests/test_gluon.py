@@ -436,6 +436,29 @@ def test_gluon_varlen_backward(causal, head_dim, gluon_backend):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_gluon_varlen_backward_sequence_without_keys(head_dim, gluon_backend):
+    # a packed sequence with query rows and no keys: its output and dQ are 0, and the sequences around it are
+    # unaffected (no work item of that sequence has keys; dQ is still written)
+    torch.manual_seed(3)
+    lens_q, lens_k = [37, 5, 200], [50, 0, 130]
+    cu_q, cu_k = (torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+                  for lens in (lens_q, lens_k))
+    q = randn(sum(lens_q), 4, head_dim, dtype=torch.bfloat16, requires_grad=True)
+    k, v = (randn(sum(lens_k), 2, head_dim, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), return_attn_probs=True)
+    dout = randn(*out.shape, dtype=torch.bfloat16)
+    out.backward(dout)
+    assert torch.count_nonzero(out[37:42]) == 0 and torch.count_nonzero(q.grad[37:42]) == 0
+    keep_q = torch.cat([torch.arange(0, 37), torch.arange(42, 242)]).cuda()
+    cu = torch.tensor([0, 37, 237], dtype=torch.int32, device="cuda")
+    sub = [x.detach()[keep_q] for x in (q, out, dout, q.grad)]
+    check_varlen(sub[0], k.detach(), v.detach(), sub[1], lse[:, keep_q], (sub[3], k.grad, v.grad), sub[2], cu,
+                 cu_k[torch.tensor([0, 1, 3])])
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_gluon_backward_grid_is_persistent_without_a_right_window_edge(head_dim, gluon_backend):
     from flashattn2.kernels.params import AttnOptions
     from flashattn2.kernels.portable import backward, forward

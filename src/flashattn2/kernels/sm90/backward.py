@@ -14,8 +14,8 @@ without a right window edge) loops over several. Three warp partitions:
 
 FUSED_DQ (FlashAttention-3's five matmuls per tile pair): the consumers also compute dQ = dS K for the tile,
 each warpgroup half of its columns (DQ_ROWS, 128-row tiles: half of its rows), and add it into an fp32 dQ
-buffer with one bulk (TMA) reduce-add per tile. Without it dQ comes from the portable dQ kernel (portable/backward.py): the deterministic path, since
-reduce-adds land in any order.
+buffer with one bulk (TMA) reduce-add per tile. Without it dQ comes from the portable dQ kernel
+(portable/backward.py): the deterministic path, since reduce-adds land in any order.
 """
 
 import torch
