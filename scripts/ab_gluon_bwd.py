@@ -77,9 +77,10 @@ def measure(hdim: int, causal: bool, seqlen: int, dtype: torch.dtype, nheads_k: 
         o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
         dot = dout.transpose(1, 2).contiguous()
         fns["cudnn"] = lambda: torch.autograd.grad(o, (qt, kt, vt), dot, retain_graph=True)
-        # alternating rounds, best kept: a variant is not favoured by when it ran
-        for _ in range(ROUNDS):
-            for name, fn in fns.items():
+        # rounds in alternating order, best kept: on long shapes what runs later in a round runs on a warmer,
+        # lower-clocked GPU (the variant measured last lost 4-7% at 16k in every A/B of 2026-11-24)
+        for round_ in range(ROUNDS):
+            for name, fn in (reversed if round_ % 2 else iter)(list(fns.items())):
                 tflops = round(flops / triton.testing.do_bench(fn, warmup=25, rep=100) / 1e9, 1)
                 row[name] = max(row.get(name, 0.0), tflops)
     return row

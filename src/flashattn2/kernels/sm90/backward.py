@@ -43,13 +43,18 @@ from .gluon_api import (
 # head dim -> tuning, measured on the H100 (benchmarks/NOTES.md). FUSED_DQ needs query tiles of 64 rows or
 # more (wgmma's M for dQ = dS K); the dK/dV-only kernel (deterministic calls) keeps 32-row tiles.
 # DQ_ROWS: each warpgroup takes half of a 128-row tile's dQ rows, not half of its columns (d64: +1-6% non-causal,
-# +1-2% causal to 4k, 2026-11-24).
-CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=True),
-           128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False),
-           256: dict(BLOCK_M=64, STAGES=1, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False)}
-CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False),
-                128: dict(BLOCK_M=32, STAGES=3, FUSED_DQ=False, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False),
-                256: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=False, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False)}
+# +1-2% causal to 4k, 2026-11-24). COALESCED_DKV: dK and dV leave through a shared-memory layout change in
+# 16-byte pieces (+6-7% at 1k, +2-4% at 4k, -1% to +2% at 16k; d256 has no shared memory left for it).
+CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=True,
+                    COALESCED_DKV=True),
+           128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False,
+                     COALESCED_DKV=True),
+           256: dict(BLOCK_M=64, STAGES=1, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False,
+                     COALESCED_DKV=False)}
+_DKDV = dict(FUSED_DQ=False, PERSISTENT=True, DQ_ROWS=False, COALESCED_DKV=False)
+CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, SPLIT_D=False, **_DKDV),
+                128: dict(BLOCK_M=32, STAGES=3, SPLIT_D=False, **_DKDV),
+                256: dict(BLOCK_M=64, STAGES=2, SPLIT_D=True, **_DKDV)}
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(240)
 
@@ -322,7 +327,7 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
               window_left, window_right, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
               IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
-              SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr):
+              SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr):
     # this warpgroup's block of dK and dV: 64 keys of the program's 128 with the whole head dim, or (SPLIT_D)
     # the program's 64 keys with half the head dim's columns
     if SPLIT_D:
@@ -373,16 +378,27 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
             # producer may load the next work item's while this one's dK and dV go out
             mbarrier.arrive(kv_empty, count=1)
             # dK = scale * dSᵀ Q: the softmax scale is applied once, here
-            rows = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, o_layout))
-            cols = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, o_layout))
+            dk_out = (dk * softmax_scale).to(dK.dtype.element_ty)
+            dv_out = dv.to(dV.dtype.element_ty)
+            if COALESCED_DKV:
+                # through shared memory into 16-byte row pieces: the accumulator layout's 4-byte pieces
+                # write partial sectors
+                TPW_N: gl.constexpr = min(COLS // 8, 32)
+                out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPW_N, TPW_N], [4, 1], [1, 0])
+                dk_out = gl.convert_layout(dk_out, out_layout)
+                dv_out = gl.convert_layout(dv_out, out_layout)
+            else:
+                out_layout: gl.constexpr = o_layout
+            rows = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, out_layout))
+            cols = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, out_layout))
             mask = (rows[:, None] < n_keys) & (cols[None, :] < BLOCK_D)
             rows64 = (k_start + rows).to(gl.int64)[:, None]
             dk_ptrs = (dK + off_b.to(gl.int64) * stride_dkb + off_hk.to(gl.int64) * stride_dkh + rows64 * stride_dkn
                        + cols[None, :])
-            gl.store(dk_ptrs, (dk * softmax_scale).to(dK.dtype.element_ty), mask=mask)
+            gl.store(dk_ptrs, dk_out, mask=mask)
             dv_ptrs = (dV + off_b.to(gl.int64) * stride_dvb + off_hk.to(gl.int64) * stride_dvh + rows64 * stride_dvn
                        + cols[None, :])
-            gl.store(dv_ptrs, dv.to(dV.dtype.element_ty), mask=mask)
+            gl.store(dv_ptrs, dv_out, mask=mask)
             done += 1
     if FUSED_DQ:
         tma_store_wait(0)  # the last reduce-add reads dq_smem until it completes
@@ -396,7 +412,7 @@ def attention_bwd_sm90_kernel(
     window_right, softcap_in2, softcap_out, num_tiles,
     BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
-    SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr,
+    SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
     portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
@@ -467,14 +483,14 @@ def attention_bwd_sm90_kernel(
                      stride_alibi_b, num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
                      qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_N,
                      BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D,
-                     DQ_ROWS)),
+                     DQ_ROWS, COALESCED_DKV)),
         (_consumer, (1, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
                      kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, CuSeqlensQ, CuSeqlensK,
                      AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
                      stride_alibi_b, num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
                      qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_N,
                      BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D,
-                     DQ_ROWS)),
+                     DQ_ROWS, COALESCED_DKV)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(kv_bar)
