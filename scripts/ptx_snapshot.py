@@ -103,6 +103,9 @@ def triton_variants():
     yield "triton-dq-d128-tma", lambda: triton_ptx(
         bwd.attention_bwd_dq_kernel, d(128, 64, 64, USE_TMA=True), 4, 2,
         {"K": desc(64, 128), "V": desc(64, 128)}, bwd_unused)
+    yield "triton-bwd-preprocess-d128-varlen-zero", lambda: triton_ptx(
+        bwd.bwd_preprocess_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, IS_VARLEN=True, ZERO_DQ=True), 4, 3,
+        {"DqAcc": "*fp32"})
     kv_flags = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=64, G=4, G_PAD=4, NUM_SPLITS=4, HAS_LEFT=False,
                     HAS_RIGHT=True, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SEQLENS=True,
                     HAS_LEFTPAD=False, HAS_BATCH_IDX=False, PAGED=True, INTERPRET=False)

@@ -30,3 +30,18 @@ def sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, 
         q_start = off_b * 0
         k_start = off_b * 0
     return q_start, seqlen_q, k_start, seqlen_k
+
+
+@triton.jit
+def program_problem(nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, BLOCK: tl.constexpr,
+                    IS_VARLEN: tl.constexpr):
+    """What a program of a (row tiles, batch x heads) launch grid works on: (first row of its tile, batch,
+    head, then sequence_bounds of that batch entry). The caller returns when its tile starts past its
+    sequence (a packed sequence shorter than the longest one)."""
+    start = tl.program_id(0) * BLOCK
+    pid_bh = tl.program_id(1)
+    off_b = pid_bh // nheads
+    off_h = pid_bh % nheads
+    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
+                                                           total_q, total_k, IS_VARLEN)
+    return start, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k

@@ -21,7 +21,7 @@ from ..common import INTERPRET, LOG2E, cdiv, load_rows, long_rows, mma, padded_h
 from ..device.block_range import kv_range_for_q_tile, q_range_for_kv_tile
 from ..device.dropout import dropout_keep
 from ..device.scores import masked_scores, score_tail
-from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
+from ..device.seqlen_info import ROW_COUNTS, program_problem
 from ..device.tma import load_tile
 from ..launch import Launch, PlanCache, align
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
@@ -39,15 +39,12 @@ def bwd_preprocess_kernel(
 ):
     """Delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d], the row term of dS = P * (dP - Delta); with
     ZERO_DQ also zeroes the same rows of the fp32 dQ buffer that the fused Gluon backward adds into."""
-    start_m = tl.program_id(0) * BLOCK_M
-    pid_bh = tl.program_id(1)
-    off_b = pid_bh // nheads
-    off_h = (pid_bh % nheads).to(tl.int64)
-    q_start, seqlen_q, _, _ = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensQ, seqlen_q, seqlen_q, total_q, total_q,
-                                             IS_VARLEN)
+    start_m, off_b, off_h, q_start, seqlen_q, _, _ = program_problem(nheads, CuSeqlensQ, CuSeqlensQ, seqlen_q,
+                                                                     seqlen_q, total_q, total_q, BLOCK_M, IS_VARLEN)
     if start_m >= seqlen_q:
         return
     off_b = off_b.to(tl.int64)
+    off_h = off_h.to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     rows = (q_start + offs_m[:, None]).to(tl.int64)
@@ -144,12 +141,8 @@ def attention_bwd_dkdv_kernel(
                                                        stride_vn.to(tl.int64), stride_dom.to(tl.int64))
         stride_dqm, stride_dkn, stride_dvn = (stride_dqm.to(tl.int64), stride_dkn.to(tl.int64),
                                               stride_dvn.to(tl.int64))
-    start_n = tl.program_id(0) * BLOCK_N
-    pid_bhk = tl.program_id(1)
-    off_b = pid_bhk // nheads_k
-    off_hk = pid_bhk % nheads_k
-    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                                                           total_q, total_k, IS_VARLEN)
+    start_n, off_b, off_hk, q_start, seqlen_q, k_start, seqlen_k = program_problem(
+        nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, BLOCK_N, IS_VARLEN)
     if start_n >= seqlen_k:
         return
     group = nheads // nheads_k
@@ -265,14 +258,11 @@ def attention_bwd_dq_kernel(
     if LONG_ROWS:
         stride_qm, stride_kn, stride_vn = stride_qm.to(tl.int64), stride_kn.to(tl.int64), stride_vn.to(tl.int64)
         stride_dom, stride_dqm = stride_dom.to(tl.int64), stride_dqm.to(tl.int64)
-    start_m = tl.program_id(0) * BLOCK_M
-    pid_bh = tl.program_id(1)
-    off_b = pid_bh // nheads
-    off_h = pid_bh % nheads
-    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                                                           total_q, total_k, IS_VARLEN)
+    start_m, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k = program_problem(
+        nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, BLOCK_M, IS_VARLEN)
     if start_m >= seqlen_q:
         return
+    pid_bh = tl.program_id(1)  # the (batch, head) index that picks the dropout stream
     off_b64 = off_b.to(tl.int64)
     off_h64 = off_h.to(tl.int64)
     off_hk = off_h // group

@@ -10,7 +10,7 @@ from ..device.block_range import kv_range_for_q_tile
 from ..device.dropout import dropout_keep
 from ..device.mask import score_mask
 from ..device.scores import fp8_scales, masked_scores, transformed_scores
-from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
+from ..device.seqlen_info import ROW_COUNTS, program_problem, sequence_bounds
 from ..device.softmax import finalize, online_softmax_update
 from ..device.tma import load_tile
 from ..launch import Launch, PlanCache, align
@@ -85,14 +85,11 @@ def attention_fwd_kernel(
                                                       stride_vn.to(tl.int64), stride_om.to(tl.int64))
         if V_T:
             stride_vd = stride_vd.to(tl.int64)
-    start_m = tl.program_id(0) * BLOCK_M
-    pid_bh = tl.program_id(1)
-    off_b = pid_bh // nheads
-    off_h = pid_bh % nheads
-    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                                                           total_q, total_k, IS_VARLEN)
+    start_m, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k = program_problem(
+        nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, BLOCK_M, IS_VARLEN)
     if start_m >= seqlen_q:
         return  # a packed sequence shorter than the longest one
+    pid_bh = tl.program_id(1)  # the (batch, head) index that picks the dropout stream
     off_b64 = off_b.to(tl.int64)
     off_hk = off_h // group
 
