@@ -13,8 +13,9 @@ import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn2
+from flashattn2.kernels import backends
 from flashattn2.kernels.params import AttnOptions
-from flashattn2.kernels.portable import backward, forward
+from flashattn2.kernels.portable import forward
 from flashattn2.kernels.sm90 import backward as bwd_sm90
 
 # the head dim's tunings in bwd_sm90 ("fused": CONFIGS, "dkdv": CONFIGS_DKDV), filled in by main()
@@ -44,15 +45,15 @@ def measure(hdim: int, causal: bool, seqlen: int, dtype: torch.dtype, nheads_k: 
     flops = 2.5 * 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
     row = dict(name=name, hdim=hdim, causal=causal, seqlen=seqlen, dtype=str(dtype)[6:], errors={})
     flashattn2.set_backend("triton")
-    ref = backward.backward_plan(dout, q, k, v, out, lse, opts)
+    ref = backends.backward_plan(dout, q, k, v, out, lse, opts)
     ref_grads = ref(dout, q, k, v, out, lse, opts)
     fns = {"triton": lambda: ref(dout, q, k, v, out, lse, opts)}
     flashattn2.set_backend("gluon")
     saved = dict(bwd_sm90.CONFIGS)
     for name, tuning in VARIANTS.items():
         bwd_sm90.CONFIGS[hdim] = tuning
-        backward._plans.clear()
-        plan = backward.backward_plan(dout, q, k, v, out, lse, opts)
+        flashattn2.set_backend("gluon")  # drops the plans made with the last tuning
+        plan = backends.backward_plan(dout, q, k, v, out, lse, opts)
         assert plan.gluon is not None and plan.fused_dq == tuning["FUSED_DQ"]
         grads = plan(dout, q, k, v, out, lse, opts)
         errs = [(g.float() - r.float()).abs().max().item() for g, r in zip(grads, ref_grads, strict=True)]
@@ -68,7 +69,6 @@ def measure(hdim: int, causal: bool, seqlen: int, dtype: torch.dtype, nheads_k: 
             fns["kernel-" + name] = (lambda p, b: lambda: p.gluon(dout, q, k, v, lse, *b, opts))(plan, bufs)
     bwd_sm90.CONFIGS.clear()
     bwd_sm90.CONFIGS.update(saved)
-    backward._plans.clear()
     flashattn2.set_backend("auto")
     # cuDNN on the same shape, with GQA's kv heads repeated (SDPA's cuDNN path takes equal head counts)
     k, v = (x.repeat_interleave(nheads // nheads_k, dim=2) for x in (k, v))

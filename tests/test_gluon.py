@@ -463,14 +463,14 @@ def test_gluon_varlen_backward_sequence_without_keys(head_dim, gluon_backend):
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_gluon_backward_grid_is_persistent_without_a_right_window_edge(head_dim, gluon_backend):
     from flashattn2.kernels.params import AttnOptions
-    from flashattn2.kernels.portable import backward, forward
+    from flashattn2.kernels.portable import forward
 
     q, k, v, dout = (randn(4, 1500, 4, head_dim, dtype=torch.bfloat16) for _ in range(4))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for causal in (False, True):
         opts = AttnOptions(softmax_scale=0.1, window_right=0 if causal else -1)
         out, lse, _ = forward.attention_forward(q, k, v, opts)
-        plan = backward.backward_plan(dout, q, k, v, out, lse, opts)
+        plan = backends.backward_plan(dout, q, k, v, out, lse, opts)
         work_items = plan.gluon.launch.named["num_tiles"]
         assert work_items > sms, "the shape should hold more work items than SMs"
         assert plan.gluon.launch.grid[0] == (work_items if causal else sms)
@@ -480,13 +480,13 @@ def test_gluon_backward_grid_is_persistent_without_a_right_window_edge(head_dim,
 @hopper
 def test_gluon_backward_fuses_dq_unless_deterministic(gluon_backend):
     from flashattn2.kernels.params import AttnOptions
-    from flashattn2.kernels.portable import backward, forward
+    from flashattn2.kernels.portable import forward
 
     q, k, v, dout = (randn(1, 256, 2, 128, dtype=torch.bfloat16) for _ in range(4))
     for deterministic in (False, True):
         opts = AttnOptions(softmax_scale=0.1, window_right=0, deterministic=deterministic)
         out, lse, _ = forward.attention_forward(q, k, v, opts)
-        plan = backward.backward_plan(dout, q, k, v, out, lse, opts)
+        plan = backends.backward_plan(dout, q, k, v, out, lse, opts)
         assert plan.gluon is not None and plan.fused_dq == (not deterministic)
         assert (plan.dq is None) == (not deterministic)
 

@@ -16,11 +16,10 @@ from typing import Optional
 
 import torch
 
-from .kernels.backends import forward_plan
+from .kernels.backends import backward_plan, forward_plan
 from .kernels.launch import align
 from .kernels.params import AttnOptions
 from .kernels.portable import cu_seqlens
-from .kernels.portable.backward import backward_plan
 from .kernels.portable.forward import ForwardPlan
 
 

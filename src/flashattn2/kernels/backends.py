@@ -15,6 +15,9 @@ wherever it can run the call) or "triton" (never Gluon: the way out for a user w
 in the Gluon kernels). Calls that Gluon cannot run always take
 the Triton kernels; forward_backend() says which a call takes and why. Both forwards write the same
 outputs and LSE (natural log, +inf for rows with no key), so either backward can follow either.
+
+This module makes the package's forward and backward plans (forward_plan, backward_plan) and keeps them: the
+choice is made once per shape and option set. It imports the kernel modules; they do not import it.
 """
 
 import os
@@ -23,7 +26,7 @@ import torch
 
 from .launch import PlanCache
 from .params import AttnOptions
-from .portable import forward
+from .portable import backward, forward
 from .sm90.gluon_api import AVAILABLE as GLUON_AVAILABLE
 
 CHOICES = ("auto", "gluon", "triton")
@@ -38,14 +41,11 @@ def _checked(name: str) -> str:
 _choice = _checked(os.environ.get("FLASHATTN2_BACKEND", "auto"))
 _sm90 = None
 _bwd_sm90 = None
-# forward plans of either backend by forward.plan_key: the choice is made once per shape and option set
+# the package's plans of either backend, by forward.plan_key and backward.plan_key: the choice is made once per
+# shape and option set, and set_backend() drops them (the portable modules' own caches hold Triton plans only)
 _plans = PlanCache()
-# plan caches that depend on the choice (portable/backward.py adds its own: it imports this module, not the reverse)
-_caches: list[dict] = [_plans, forward._plans]
-
-
-def register_cache(cache: dict) -> None:
-    _caches.append(cache)
+_bwd_plans = PlanCache()
+_caches: list[dict] = [_plans, _bwd_plans]
 
 
 def _gluon_forward():
@@ -105,7 +105,7 @@ def forward_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOp
         if config is None and forward_backend(q, k, v, opts, return_probs)[0] == "gluon-sm90":
             plan = _sm90.Sm90ForwardPlan(q, k, v, opts)
         else:
-            plan = forward.forward_plan(q, k, v, opts, return_probs, config)
+            plan = forward.ForwardPlan(q, k, v, opts, return_probs, config)
         _plans.add(key, plan)
     return plan
 
@@ -136,3 +136,14 @@ def backward_sm90(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     if backward_backend(dout, q, k, v, opts)[0] != "gluon-sm90":
         return None
     return _bwd_sm90.Sm90Backward(dout, q, k, v, lse, opts)
+
+
+def backward_plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                  lse: torch.Tensor, opts: AttnOptions) -> backward.BackwardPlan:
+    """The backward plan of this call: the Triton kernels, with the Gluon launch where this call takes it."""
+    key = backward.plan_key(dout, q, k, v, out, lse, opts, None)
+    plan = _bwd_plans.get(key)
+    if plan is None:
+        plan = _bwd_plans.add(key, backward.BackwardPlan(dout, q, k, v, out, lse, opts, None,
+                                                         lambda: backward_sm90(dout, q, k, v, lse, opts)))
+    return plan

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import backends, common
+from .. import common
 from ..common import INTERPRET, LOG2E, cdiv, load_rows, long_rows, mma, padded_head_dim, round_to, store_rows
 from ..device.block_range import kv_range_for_q_tile, q_range_for_kv_tile
 from ..device.dropout import dropout_keep
@@ -314,16 +314,18 @@ def attention_bwd_dq_kernel(
 class BackwardPlan:
     """Everything about a backward call but its tensors, worked out once per shape and option set."""
 
-    def __init__(self, dout, q, k, v, out, lse, opts: AttnOptions, config: BwdConfig | None) -> None:
+    def __init__(self, dout, q, k, v, out, lse, opts: AttnOptions, config: BwdConfig | None,
+                 gluon_launch=None) -> None:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
         self.empty = q.numel() == 0 or k.numel() == 0 or batch == 0
         if self.empty:
             return
         block_d = padded_head_dim(head_dim)
         cfg = config or bwd_config(block_d, opts.causal, q.device)
-        # dK and dV from the Hopper Gluon kernel where backends.py picks it; dQ too (fused_dq), except for
-        # deterministic calls, whose dQ comes from the dQ kernel
-        self.gluon = None if config is not None else backends.backward_sm90(dout, q, k, v, lse, opts)
+        # gluon_launch() gives the Hopper kernel's launch (sm90/backward.py) where backends.py picks it, else None.
+        # It computes dK and dV, and dQ too (fused_dq) except for deterministic calls, whose dQ comes from the dQ
+        # kernel
+        self.gluon = None if gluon_launch is None else gluon_launch()
         self.fused_dq = self.gluon is not None and self.gluon.fused_dq
         self.atomic_dq = atomic_dq = cfg.atomic_dq and not opts.deterministic and self.gluon is None
         varlen = opts.varlen
@@ -397,16 +399,23 @@ class BackwardPlan:
         return dq, dk, dv
 
 
+# plans of these kernels alone (attention_backward); the calls of the package go through backends.backward_plan
 _plans = PlanCache()
-backends.register_cache(_plans)
+
+
+def plan_key(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+             lse: torch.Tensor, opts: AttnOptions, config: BwdConfig | None) -> tuple:
+    """Everything a backward plan (of either backend) depends on besides the tensors' contents."""
+    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), dout.stride(), out.stride(), lse.shape,
+            lse.stride(), q.dtype, k.dtype, v.dtype, dout.dtype, q.device, align(q), align(k), align(v), align(dout),
+            align(out), opts.plan_key(), config)
 
 
 def backward_plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   lse: torch.Tensor, opts: AttnOptions, config: BwdConfig | None = None) -> BackwardPlan:
-    """The plan for these inputs: made on the first call of a shape and option set, then looked up."""
-    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), dout.stride(), out.stride(), lse.shape,
-           lse.stride(), q.dtype, k.dtype, v.dtype, dout.dtype, q.device, align(q), align(k), align(v), align(dout),
-           align(out), opts.plan_key(), config)
+    """The plan of the Triton kernels for these inputs: made on the first call of a shape and option set, then
+    looked up."""
+    key = plan_key(dout, q, k, v, out, lse, opts, config)
     plan = _plans.get(key)
     if plan is None:
         plan = _plans.add(key, BackwardPlan(dout, q, k, v, out, lse, opts, config))
@@ -416,5 +425,5 @@ def backward_plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 def attention_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        out: torch.Tensor, lse: torch.Tensor, opts: AttnOptions, config: BwdConfig | None = None,
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launch the backward kernels; returns (dq, dk, dv) shaped like q, k, v."""
+    """Launch the Triton backward kernels; returns (dq, dk, dv) shaped like q, k, v."""
     return backward_plan(dout, q, k, v, out, lse, opts, config)(dout, q, k, v, out, lse, opts)
