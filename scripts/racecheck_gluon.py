@@ -5,7 +5,7 @@
         python scripts/racecheck_gluon.py
 
 One work item of 130 keys (two query tiles, the second cut) at head dims 128 (non-causal) and 64 (causal),
-and a 64-key item at 256. The kernel syncs through mbarriers, which racecheck may not model: read any report
+and three 64-key items at 256. The kernel syncs through mbarriers, which racecheck may not model: read any report
 against the barrier protocol in kernels/sm90/backward.py before calling it a race."""
 
 import torch
