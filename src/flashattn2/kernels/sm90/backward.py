@@ -152,24 +152,22 @@ def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_r
     fence_async_shared()
     mbarrier.arrive(ds_ready.index(buf), count=1)
     mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
+    DQ_M: gl.constexpr = BLOCK_M // 2 if DQ_ROWS else BLOCK_M
+    DQ_N: gl.constexpr = BLOCK_D if DQ_ROWS else BLOCK_D // 2
+    dq = gl.zeros([DQ_M, DQ_N], gl.float32, wgmma_layout(DQ_N))
+    for h in gl.static_range(2):
+        ds_half = ds_smem.index(2 * buf + h)  # [keys, queries]
+        k_half = k_smem.index(h + dyn).reshape([WG_M, BLOCK_D])
+        if DQ_ROWS:
+            ds_half = ds_half.slice(WG * DQ_M, DQ_M, dim=1)
+        else:
+            k_half = k_half.slice(WG * DQ_N, DQ_N, dim=1)
+        dq = warpgroup_mma(ds_half.permute([1, 0]), k_half, dq, use_acc=h > 0, is_async=True)
+    dq = warpgroup_mma_wait(0, deps=[dq])
     if DQ_ROWS:
-        DQ_M: gl.constexpr = BLOCK_M // 2
-        dq = gl.zeros([DQ_M, BLOCK_D], gl.float32, wgmma_layout(BLOCK_D))
-        for h in gl.static_range(2):
-            ds_rows = ds_smem.index(2 * buf + h).slice(WG * DQ_M, DQ_M, dim=1).permute([1, 0])
-            dq = warpgroup_mma(ds_rows, k_smem.index(h + dyn).reshape([WG_M, BLOCK_D]), dq, use_acc=h > 0,
-                               is_async=True)
-        dq = warpgroup_mma_wait(0, deps=[dq])
         _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG, WG * DQ_M, 0)
     else:
-        DQ_COLS: gl.constexpr = BLOCK_D // 2
-        dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, wgmma_layout(DQ_COLS))
-        for h in gl.static_range(2):
-            k_cols = k_smem.index(h + dyn).reshape([WG_M, BLOCK_D]).slice(WG * DQ_COLS, DQ_COLS, dim=1)
-            dq = warpgroup_mma(ds_smem.index(2 * buf + h).permute([1, 0]), k_cols, dq, use_acc=h > 0,
-                               is_async=True)
-        dq = warpgroup_mma_wait(0, deps=[dq])
-        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG, 0, WG * DQ_COLS)
+        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG, 0, WG * DQ_N)
 
 
 @gluon.jit
