@@ -18,3 +18,13 @@ def load_tile(src, off_b, off_h, start, offs_rows, n_rows, stride_row, offs_d,
         tile = load_rows(src + offs_rows[:, None] * stride_row + offs_d[None, :], offs_rows, n_rows, offs_d,
                          HEAD_DIM, BLOCK_D, CHECK_ROWS)
     return tile
+
+
+@triton.jit
+def tma_batch(off_b, IS_VARLEN: tl.constexpr):
+    """The batch coordinate of sequence off_b's TMA tiles: a packed batch is one (1, total, heads, head_dim)
+    view, whose sequences are row ranges of batch entry 0."""
+    if IS_VARLEN:
+        return 0
+    else:
+        return off_b

@@ -24,6 +24,7 @@ from ..common import LOG2E, cdiv
 from ..device.block_range import q_range_for_kv_tile
 from ..device.scores import score_tail
 from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
+from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
 from .common import WG_M, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
@@ -92,10 +93,7 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, 
             tile, num_n, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
             window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:  # else a packed sequence shorter than the longest one
-            if IS_VARLEN:
-                tma_b = 0  # packed inputs are one (1, total, heads, head_dim) view
-            else:
-                tma_b = off_b
+            tma_b = tma_batch(off_b, IS_VARLEN)
             # the consumers free K and V after their last matmul of the previous work item
             mbarrier.wait(kv_empty, (done & 1) ^ 1)
             mbarrier.expect(kv_bar, KV_TILES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
@@ -346,10 +344,7 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
             tile, num_n, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
             window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:
-            if IS_VARLEN:
-                tma_b = 0
-            else:
-                tma_b = off_b
+            tma_b = tma_batch(off_b, IS_VARLEN)
             key0 = start_n + key_off
             offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
             dk = gl.zeros([WG_M, COLS], gl.float32, o_layout)

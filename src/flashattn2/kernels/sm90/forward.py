@@ -31,6 +31,7 @@ from ..device.block_range import kv_range_for_q_tile
 from ..device.scores import fp8_scales, score_tail
 from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
 from ..device.softmax import finalize, online_softmax_update
+from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
 from ..portable.v_layout import RELABEL_KEYS, v_keys_last
@@ -133,10 +134,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
             tile, num_m, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
             window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:  # else a packed sequence shorter than the longest one
-            if IS_VARLEN:
-                tma_b = 0  # packed inputs are one (1, total, heads, head_dim) view
-            else:
-                tma_b = off_b
+            tma_b = tma_batch(off_b, IS_VARLEN)
             off_hk = off_h // group
             # the consumers free the Q stage (it also stages their O) when their output is out
             mbarrier.wait(q_empty, (done & 1) ^ 1)
