@@ -7,7 +7,7 @@ with d = seqlen_k - seqlen_q, the order flash_attn uses (softcap first, then the
 import triton
 import triton.language as tl
 
-from ..common import mma
+from ..common import LOG2E, mma
 from .mask import score_mask, score_mask_rel
 
 
@@ -36,6 +36,16 @@ def transformed_scores(qk, q_idx, k_idx, seqlen_q, seqlen_k, qk_scale, softcap_i
     if HAS_ALIBI:
         s = s - alibi_slope * tl.abs(q_idx + (seqlen_k - seqlen_q) - k_idx).to(tl.float32)
     return s, t
+
+
+@triton.jit
+def alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI: tl.constexpr):
+    """Head off_h's ALiBi slope for sequence off_b in log2 units (slopes are (nheads,) or (batch, nheads):
+    stride_alibi_b is 0 for the first); 0.0 without ALiBi."""
+    slope = 0.0
+    if HAS_ALIBI:
+        slope = tl.load(AlibiSlopes + off_b.to(tl.int64) * stride_alibi_b + off_h) * LOG2E
+    return slope
 
 
 @triton.jit

@@ -20,7 +20,7 @@ from .. import common
 from ..common import INTERPRET, LOG2E, cdiv, load_rows, long_rows, mma, padded_head_dim, round_to, store_rows
 from ..device.block_range import kv_range_for_q_tile, q_range_for_kv_tile
 from ..device.dropout import dropout_keep
-from ..device.scores import masked_scores, score_tail
+from ..device.scores import alibi_slope_of, masked_scores, score_tail
 from ..device.seqlen_info import ROW_COUNTS, program_problem
 from ..device.tma import load_tile
 from ..launch import Launch, PlanCache, align
@@ -180,9 +180,7 @@ def attention_bwd_dkdv_kernel(
         else:
             dq_dst = dQ + off_b64 * stride_dqb + q_start64 * stride_dqm + off_h64 * stride_dqh
         row_off = off_b64 * stride_lse_b + off_h64 * stride_lse_h + q_start
-        alibi_slope = 0.0
-        if HAS_ALIBI:
-            alibi_slope = tl.load(AlibiSlopes + off_b64 * stride_alibi_b + off_h) * LOG2E
+        alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
         head_idx = off_b * nheads + off_h
         # rows the diagonal (window's right edge) or a sequence end crosses (masked), rows that see the whole
         # tile, then rows cut by the window's left edge (masked; the range is empty without one)
@@ -279,9 +277,7 @@ def attention_bwd_dq_kernel(
     row_off = off_b64 * stride_lse_b + off_h64 * stride_lse_h + q_start
     lse = tl.load(Lse + row_off + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
     delta = tl.load(Delta + row_off + offs_m, mask=offs_m < seqlen_q, other=0.0)
-    alibi_slope = 0.0
-    if HAS_ALIBI:
-        alibi_slope = tl.load(AlibiSlopes + off_b64 * stride_alibi_b + off_h) * LOG2E
+    alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
     seed = 0
     if HAS_DROPOUT:
         seed = tl.load(Seed)

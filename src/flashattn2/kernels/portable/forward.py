@@ -9,7 +9,7 @@ from ..common import INTERPRET, LOG2E, cdiv, load_rows, long_rows, mma, padded_h
 from ..device.block_range import kv_range_for_q_tile
 from ..device.dropout import dropout_keep
 from ..device.mask import score_mask
-from ..device.scores import fp8_scales, masked_scores, transformed_scores
+from ..device.scores import alibi_slope_of, fp8_scales, masked_scores, transformed_scores
 from ..device.seqlen_info import ROW_COUNTS, program_problem, sequence_bounds
 from ..device.softmax import finalize, online_softmax_update
 from ..device.tma import load_tile
@@ -104,9 +104,7 @@ def attention_fwd_kernel(
         v_src = V + off_b64 * stride_vb + k_start.to(tl.int64) * stride_vn + off_hk.to(tl.int64) * stride_vh
     q = load_rows(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d,
                   HEAD_DIM, BLOCK_D, True)
-    alibi_slope = 0.0
-    if HAS_ALIBI:
-        alibi_slope = tl.load(AlibiSlopes + off_b64 * stride_alibi_b + off_h) * LOG2E
+    alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
     seed = 0
     if HAS_DROPOUT:
         seed = tl.load(Seed)
@@ -182,9 +180,7 @@ def dropout_probs_kernel(
                   True)
     lse_base = Lse + off_b64 * stride_lse_b + off_h.to(tl.int64) * stride_lse_h + q_start
     lse = tl.load(lse_base + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
-    alibi_slope = 0.0
-    if HAS_ALIBI:
-        alibi_slope = tl.load(AlibiSlopes + off_b64 * stride_alibi_b + off_h) * LOG2E
+    alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
     seed = tl.load(Seed)
     k_base = K + off_b64 * stride_kb + k_start.to(tl.int64) * stride_kn + off_hk * stride_kh
     for start_n in tl.range(0, seqlen_k, BLOCK_N):

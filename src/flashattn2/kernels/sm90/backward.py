@@ -22,7 +22,7 @@ import torch
 
 from ..common import LOG2E, cdiv
 from ..device.block_range import q_range_for_kv_tile
-from ..device.scores import score_tail
+from ..device.scores import alibi_slope_of, score_tail
 from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
 from ..device.tma import tma_batch
 from ..launch import Launch
@@ -352,9 +352,7 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
             mbarrier.wait(kv_bar, done & 1)
             for g in range(0, group):
                 off_h = off_hk * group + g
-                alibi_slope = 0.0
-                if HAS_ALIBI:
-                    alibi_slope = gl.load(AlibiSlopes + off_b.to(gl.int64) * stride_alibi_b + off_h) * LOG2E
+                alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
                 # query tiles the diagonal (window's right edge) or a sequence end crosses (masked), tiles that
                 # see the whole key tile, then tiles cut by the window's left edge (masked)
                 bounds = (m_lo, m_full_lo, m_full_hi, m_hi)

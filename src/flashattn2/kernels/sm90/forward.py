@@ -26,9 +26,9 @@ helpers (they compile inside Gluon), so both backends share one definition of ev
 import torch
 
 from .. import common
-from ..common import LOG2E, cdiv
+from ..common import cdiv
 from ..device.block_range import kv_range_for_q_tile
-from ..device.scores import fp8_scales, score_tail
+from ..device.scores import alibi_slope_of, fp8_scales, score_tail
 from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
 from ..device.softmax import finalize, online_softmax_update
 from ..device.tma import tma_batch
@@ -370,9 +370,7 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, 
             tile, num_m, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
             window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:
-            alibi_slope = 0.0
-            if HAS_ALIBI:
-                alibi_slope = gl.load(AlibiSlopes + off_b.to(gl.int64) * stride_alibi_b + off_h) * LOG2E
+            alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
             tile_scale = qk_scale
             tile_softcap_in2 = softcap_in2
             v_descale = 1.0
