@@ -99,6 +99,7 @@ def main():
                     help="NAME:KEY=VALUE,... variants of the fused tuning")
     ap.add_argument("--no-dkdv", action="store_true", help="leave out the deterministic (dK/dV-only) kernel")
     ap.add_argument("--rounds", type=int, default=1, help="alternating timing rounds per shape, best kept")
+    ap.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     args = ap.parse_args()
     global ROUNDS
     ROUNDS = args.rounds
@@ -117,7 +118,7 @@ def main():
             key: int(value) for key, value in (change.split("=") for change in changes.split(","))})
     rows = []
     for dtype in args.dtypes:
-        for causal in (False, True):
+        for causal in {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]:
             for seqlen in args.seqlens:
                 rows.append(measure(args.hdim, causal, seqlen, getattr(torch, dtype)))
                 print(json.dumps(rows[-1]), flush=True)

@@ -478,6 +478,42 @@ def test_gluon_backward_grid_is_persistent_without_a_right_window_edge(head_dim,
 
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("deterministic", [False, True], ids=["fused-dq", "deterministic"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_l2_sections_change_only_the_order(head_dim, deterministic, monkeypatch):
+    # an L2 that fits 2 heads' backward streams (4 of the forward's): a causal grid over 5 heads walks sections
+    # of 2 (4) heads, the last one short (device/tile_order.py); every item computes as in one head after another
+    from flashattn2.kernels import common
+    from flashattn2.kernels.sm90 import backward as bwd_sm90
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    seqlen = 1000
+    monkeypatch.setattr(common, "_l2_bytes", lambda index: 2 * seqlen * head_dim * 8 + 1)
+    torch.manual_seed(3)
+    q, k, v = (randn(1, seqlen, 5, head_dim, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    dout = randn(1, seqlen, 5, head_dim, dtype=torch.bfloat16)
+    results, sections = {}, {}
+    for on in (False, True):
+        for module, name in ((fwd_sm90, "CONFIGS"), (bwd_sm90, "CONFIGS"), (bwd_sm90, "CONFIGS_DKDV")):
+            configs = getattr(module, name)
+            monkeypatch.setattr(module, name, {d: dict(c, L2_SECTIONS=on) for d, c in configs.items()})
+        flashattn2.set_backend("gluon")  # drops the plans made with the other order
+        out = flash_attn_func(q, k, v, causal=True, deterministic=deterministic)
+        results[on] = (out, *torch.autograd.grad(out, (q, k, v), dout))
+        fwd_plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+        bwd_plan = next(iter(backends._bwd_plans.values()))
+        sections[on] = (fwd_plan.attend.named["section"], bwd_plan.gluon.launch.named["section"])
+    flashattn2.set_backend(backends._checked(os.environ.get("FLASHATTN2_BACKEND", "auto")))
+    assert sections == {False: (1, 1), True: (4, 2)}
+    for name, off, on in zip(("out", "dq", "dk", "dv"), results[False], results[True], strict=True):
+        if name == "dq" and not deterministic:  # reduce-adds land in any order
+            torch.testing.assert_close(on, off, atol=2e-2, rtol=2e-2)
+        else:
+            assert torch.equal(on, off), name
+
+
+@pytest.mark.gpu
+@hopper
 def test_gluon_backward_fuses_dq_unless_deterministic(gluon_backend):
     from flashattn2.kernels.params import AttnOptions
     from flashattn2.kernels.portable import forward

@@ -57,6 +57,19 @@ def capability(device_index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)
 
 
+@functools.cache
+def _l2_bytes(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).L2_cache_size
+
+
+def l2_section(bytes_per_head: int, device: torch.device, share: int = 1) -> int:
+    """How many (batch, head) pairs, each streaming `bytes_per_head` bytes, fit together in 1/share of the GPU's
+    L2: a power of 2, at least 1 (FlashAttention-3/4's swizzle). The section of device/tile_order.sectioned_item."""
+    l2 = _l2_bytes(device.index if device.index is not None else torch.cuda.current_device())
+    fit = l2 // share // max(bytes_per_head, 1)
+    return 1 << (max(fit, 1).bit_length() - 1)
+
+
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
 

@@ -20,10 +20,11 @@ buffer with one bulk (TMA) reduce-add per tile. Without it dQ comes from the por
 
 import torch
 
-from ..common import LOG2E, cdiv
+from ..common import LOG2E, cdiv, l2_section
 from ..device.block_range import q_range_for_kv_tile
 from ..device.scores import alibi_slope_of, score_tail
 from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
+from ..device.tile_order import sectioned_item
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
@@ -46,13 +47,16 @@ from .gluon_api import (
 # DQ_ROWS: each warpgroup takes half of a 128-row tile's dQ rows, not half of its columns (d64: +1-6% non-causal,
 # +1-2% causal to 4k, 2026-11-24). COALESCED_DKV: dK and dV leave through a shared-memory layout change in
 # 16-byte pieces (+6-7% at 1k, +2-4% at 4k, -1% to +2% at 16k; d256 has no shared memory left for it).
+# L2_SECTIONS (one program per item: causal, packed): items walk key tile by key tile over sections of heads whose
+# Q, dO and dQ fit in 1/L2_SECTIONS of L2, longest first (device/tile_order.py); 0: one head after another.
+# Causal, 1k-8k: d128 +0.5 to +5%, d64 (half of L2) 0 to +6%; d256 lost 5% at 1k and keeps 0 (2026-11-24).
 CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=True,
-                    COALESCED_DKV=True),
+                    COALESCED_DKV=True, L2_SECTIONS=2),
            128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False,
-                     COALESCED_DKV=True),
+                     COALESCED_DKV=True, L2_SECTIONS=1),
            256: dict(BLOCK_M=64, STAGES=1, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False,
-                     COALESCED_DKV=False)}
-_DKDV = dict(FUSED_DQ=False, PERSISTENT=True, DQ_ROWS=False, COALESCED_DKV=False)
+                     COALESCED_DKV=False, L2_SECTIONS=0)}
+_DKDV = dict(FUSED_DQ=False, PERSISTENT=True, DQ_ROWS=False, COALESCED_DKV=False, L2_SECTIONS=0)
 CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, SPLIT_D=False, **_DKDV),
                 128: dict(BLOCK_M=32, STAGES=3, SPLIT_D=False, **_DKDV),
                 256: dict(BLOCK_M=64, STAGES=2, SPLIT_D=True, **_DKDV)}
@@ -61,14 +65,15 @@ CONSUMER_REGS = gl.constexpr(240)
 
 
 @gluon.jit
-def _work_item(tile, num_n, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
-               window_right, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr,
-               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
+def _work_item(tile, num_n, num_tiles, section, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q,
+               total_k, window_left, window_right, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
     """Where work item `tile` lies: (batch, kv head, first key, the sequence's bounds, query ranges).
-    Consecutive items are key tiles of one (batch, kv head), so programs running together share its Q
-    and dO in L2."""
-    start_n = (tile % num_n) * BLOCK_N
-    pid_bhk = tile // num_n
+    Items run key tile by key tile over sections of `section` (batch, kv head) pairs whose Q, dO and dQ fit
+    in L2 (device/tile_order.py): programs running together share them, and a causal grid, whose first key
+    tiles see the most queries, starts its longest items first."""
+    pid_n, pid_bhk = sectioned_item(tile, num_n, num_tiles // num_n, section)
+    start_n = pid_n * BLOCK_N
     off_b = pid_bhk // nheads_k
     off_hk = pid_bhk % nheads_k
     q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
@@ -81,8 +86,8 @@ def _work_item(tile, num_n, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
               kv_empty, q_ready, do_ready, empty, Lse, Delta, CuSeqlensQ, CuSeqlensK, stride_lse_b, stride_lse_h,
-              num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k, window_left, window_right,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+              num_n, num_tiles, section, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k, window_left,
+              window_right, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
     KV_TILES: gl.constexpr = BLOCK_N // WG_M
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
@@ -90,8 +95,8 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, 
     done = 0  # work items loaded, for the K/V barriers' phases
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         off_b, off_hk, start_n, q_row0, n_rows, k_row0, n_keys, m_lo, _, _, m_hi = _work_item(
-            tile, num_n, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
-            window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
+            tile, num_n, num_tiles, section, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k,
+            window_left, window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
             # the consumers free K and V after their last matmul of the previous work item
@@ -319,7 +324,7 @@ def _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
 def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
               kv_bar, kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, CuSeqlensQ, CuSeqlensK,
               AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b,
-              num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale,
+              num_n, num_tiles, section, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale,
               window_left, window_right, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
               IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
@@ -341,8 +346,8 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
     done = 0  # work items finished, for the K/V barriers' phases
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         off_b, off_hk, start_n, q_start, n_rows, k_start, n_keys, m_lo, m_full_lo, m_full_hi, m_hi = _work_item(
-            tile, num_n, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
-            window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
+            tile, num_n, num_tiles, section, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k,
+            window_left, window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:
             tma_b = tma_batch(off_b, IS_VARLEN)
             key0 = start_n + key_off
@@ -400,7 +405,7 @@ def attention_bwd_sm90_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
     stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
     stride_alibi_b, nheads, nheads_k, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left,
-    window_right, softcap_in2, softcap_out, num_tiles,
+    window_right, softcap_in2, softcap_out, num_tiles, section,
     BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
     SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr,
@@ -466,19 +471,19 @@ def attention_bwd_sm90_kernel(
     gl.warp_specialize([
         (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
                      kv_empty, q_ready, do_ready, empty, Lse, Delta, CuSeqlensQ, CuSeqlensK, stride_lse_b,
-                     stride_lse_h, num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
+                     stride_lse_h, num_n, num_tiles, section, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
                      window_left, window_right, BLOCK_M, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN)),
         (_consumer, (0, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
                      kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, CuSeqlensQ, CuSeqlensK,
                      AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
-                     stride_alibi_b, num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
+                     stride_alibi_b, num_n, num_tiles, section, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
                      qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_N,
                      BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D,
                      DQ_ROWS, COALESCED_DKV)),
         (_consumer, (1, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
                      kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, CuSeqlensQ, CuSeqlensK,
                      AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
-                     stride_alibi_b, num_n, num_tiles, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
+                     stride_alibi_b, num_n, num_tiles, section, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
                      qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_N,
                      BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D,
                      DQ_ROWS, COALESCED_DKV)),
@@ -547,6 +552,7 @@ class Sm90Backward:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
         tuning = dict(tuning_for(head_dim, opts))
         persistent = tuning.pop("PERSISTENT")
+        sectioned = tuning.pop("L2_SECTIONS")
         self.fused_dq = tuning["FUSED_DQ"]
         self.varlen = opts.varlen
         self.q_block = [1, tuning["BLOCK_M"], 1, head_dim]
@@ -563,8 +569,13 @@ class Sm90Backward:
             # one program per SM (the shared memory allows no second), each looping over equal work items;
             # causal and packed items differ in cost, so those keep one program per item
             grid = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
+        section = 1
+        if sectioned and grid == num_tiles:
+            # a kv head's items stream its query heads' Q, dO (input dtype) and dQ (fp32) rows
+            section = l2_section(nheads // nheads_k * seqlen_q * head_dim * (2 * q.element_size() + 4), q.device,
+                                 sectioned)
         named = dict(nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
-                     total_k=k.shape[0], softmax_scale=opts.softmax_scale, num_tiles=num_tiles,
+                     total_k=k.shape[0], softmax_scale=opts.softmax_scale, num_tiles=num_tiles, section=section,
                      **opts.kernel_args(), **tuning)
         del named["dropout_p"], named["HAS_DROPOUT"]
         self.launch = Launch(attention_bwd_sm90_kernel, (max(grid, 1), 1, 1),
@@ -589,7 +600,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
     constants = dict((CONFIGS if fused else CONFIGS_DKDV)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False)
     constants.update(flags)
-    del constants["PERSISTENT"]  # a launch-grid choice, not a kernel flag
+    del constants["PERSISTENT"], constants["L2_SECTIONS"]  # launch-grid choices, not kernel flags
     block_m = constants["BLOCK_M"]
     types = dict(Lse="*fp32", Delta="*fp32", dK="*DTYPE", dV="*DTYPE", CuSeqlensQ="*i32", CuSeqlensK="*i32",
                  AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")

@@ -26,11 +26,12 @@ helpers (they compile inside Gluon), so both backends share one definition of ev
 import torch
 
 from .. import common
-from ..common import cdiv
+from ..common import cdiv, l2_section
 from ..device.block_range import kv_range_for_q_tile
 from ..device.scores import alibi_slope_of, fp8_scales, score_tail
 from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
 from ..device.softmax import finalize, online_softmax_update
+from ..device.tile_order import sectioned_item
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
@@ -55,18 +56,21 @@ BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 # head dim -> tuning: key-tile rows, K/V ring stages (the stages and the Q tile must fit 227 KB of shared
 # memory), ping-pong of the two consumers, a persistent grid for calls without a right window edge
 # (causal work items differ in cost, and a static round-robin over them lost 28-37% at 16k).
+# L2_SECTIONS (grids of one program per item, causal): items walk query tile by query tile, longest first, over
+# sections of heads whose K and V fit in 1/L2_SECTIONS of L2 (device/tile_order.py); 0: one head after another.
+# Causal bf16 512-8k: d128 (a quarter) -1% to +5%, d256 (half) -1% to +8% (2026-11-24); d64 and FP8 unmeasured.
 # Measured choices: benchmarks/NOTES.md.
 CONFIGS = {
-    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, PERSISTENT=True),
-    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, PERSISTENT=True),
-    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, PERSISTENT=True),
+    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0),
+    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4),
+    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=2),
 }
 # FP8: K and V tiles take half the bytes, so longer key tiles fit: fewer per-tile steps per key (H100 A/B:
 # benchmarks/NOTES.md). Causal (any right window edge) d128 keeps 128-key tiles: its work items hold few.
 CONFIGS_FP8 = {
-    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, PERSISTENT=True),
-    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, PERSISTENT=True),
-    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, PERSISTENT=True),
+    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0),
+    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=0),
+    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0),
 }
 CONFIGS_FP8_CAUSAL = {128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True)}
 # where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md)
@@ -102,14 +106,14 @@ def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
 
 
 @gluon.jit
-def _tile(tile, num_m, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
-          window_right, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+def _tile(tile, num_m, num_tiles, section, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k,
+          window_left, window_right, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
           IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr):
     """Where work item `tile` lies: (batch, head, first query row, the sequence's bounds, key ranges).
-    Consecutive items are query tiles of one (batch, head), so programs running together share its K/V
-    in L2; REVERSE_M (causal) takes each head's longest rows first, so short ones fill the last wave."""
-    pid_bh = tile // num_m
-    pid_m = tile % num_m
+    Items run query tile by query tile over sections of `section` (batch, head) pairs whose K and V fit in L2
+    (device/tile_order.py), so programs running together share them; REVERSE_M (causal) takes the longest
+    rows first, so short ones fill the last wave."""
+    pid_m, pid_bh = sectioned_item(tile, num_m, num_tiles // num_m, section)
     if REVERSE_M:
         pid_m = num_m - 1 - pid_m
     start_m = pid_m * (2 * WG_M)
@@ -124,15 +128,15 @@ def _tile(tile, num_m, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-              CuSeqlensQ, CuSeqlensK, num_m, num_tiles, nheads, group, seqlen_q, seqlen_k, total_q, total_k,
+              CuSeqlensQ, CuSeqlensK, num_m, num_tiles, section, nheads, group, seqlen_q, seqlen_k, total_q, total_k,
               window_left, window_right, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr, IS_FP8: gl.constexpr):
     it = 0  # K/V ring slot, counted across work items
     done = 0  # work items finished, for the Q barriers' phases
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         off_b, off_h, start_m, q_start, n_rows, k_start, _, n_lo, _, _, n_hi = _tile(
-            tile, num_m, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
-            window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+            tile, num_m, num_tiles, section, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k,
+            window_left, window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
             off_hk = off_h // group
@@ -349,8 +353,9 @@ def _attend(q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
               o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale, stride_om, stride_oh,
-              stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, nheads, group, seqlen_q, seqlen_k, total_q,
-              total_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_N: gl.constexpr,
+              stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, section, nheads, group, seqlen_q,
+              seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+              BLOCK_N: gl.constexpr,
               BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
               IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
               PINGPONG: gl.constexpr, IS_FP8: gl.constexpr):
@@ -367,8 +372,8 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, 
     done = 0
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         off_b, off_h, start_m, q_start, n_rows, _, n_keys, n_lo, n_full_lo, n_full_hi, n_hi = _tile(
-            tile, num_m, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left,
-            window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+            tile, num_m, num_tiles, section, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k,
+            window_left, window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:
             alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
             tile_scale = qk_scale
@@ -418,7 +423,7 @@ def attention_fwd_sm90_kernel(
     q_desc, k_desc, v_desc, o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale,
     stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b,
     batch, nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
-    softcap_out,
+    softcap_out, section,
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
     PINGPONG: gl.constexpr, IS_FP8: gl.constexpr,
@@ -464,20 +469,21 @@ def attention_fwd_sm90_kernel(
 
     gl.warp_specialize([
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                     CuSeqlensQ, CuSeqlensK, num_m, num_tiles, nheads, group, seqlen_q, seqlen_k, total_q, total_k,
-                     window_left, window_right, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M, IS_FP8)),
+                     CuSeqlensQ, CuSeqlensK, num_m, num_tiles, section, nheads, group, seqlen_q, seqlen_k, total_q,
+                     total_k, window_left, window_right, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M,
+                     IS_FP8)),
         (_consumer, (0, q_smem, k_smem, v_smem, p_smem0, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
                      o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, nheads, group, seqlen_q,
-                     seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_N,
-                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG,
-                     IS_FP8)),
+                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, section, nheads, group,
+                     seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
+                     softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI,
+                     REVERSE_M, PINGPONG, IS_FP8)),
         (_consumer, (1, q_smem, k_smem, v_smem, p_smem1, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
                      o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, nheads, group, seqlen_q,
-                     seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_N,
-                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG,
-                     IS_FP8)),
+                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, section, nheads, group,
+                     seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
+                     softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI,
+                     REVERSE_M, PINGPONG, IS_FP8)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(q_bar)
@@ -520,9 +526,15 @@ class Sm90ForwardPlan:
         tuning = {**default_tuning(head_dim, fp8, opts), **(tuning or {})}
         block_n = tuning["BLOCK_N"]
         num_tiles = cdiv(seqlen_q, BLOCK_M) * batch * nheads
+        section = 1
         if tuning.pop("PERSISTENT") and opts.window_right < 0:
             # one program per SM (the shared memory allows no second), each looping over work items
             num_tiles = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
+        elif tuning["L2_SECTIONS"]:
+            # a query head's items stream K and V, shared by the heads of its GQA group
+            section = l2_section(seqlen_k * head_dim * 2 * q.element_size() * nheads_k // nheads, q.device,
+                                 tuning["L2_SECTIONS"])
+        del tuning["L2_SECTIONS"]
         self.backward_plans: dict = {}
         # FP8 attention writes bf16, as FlashAttention-3's does
         self.dtype, self.device, self.out_shape = torch.bfloat16 if fp8 else q.dtype, q.device, q.shape
@@ -542,7 +554,7 @@ class Sm90ForwardPlan:
         lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"), varlen)
         _, stride_om, stride_oh = row_strides(torch.empty(self.out_shape, device="meta"), varlen)
         named = dict(batch=batch, nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-                     total_q=q.shape[0], total_k=k.shape[0], **opts.kernel_args())
+                     total_q=q.shape[0], total_k=k.shape[0], section=section, **opts.kernel_args())
         del named["dropout_p"], named["HAS_DROPOUT"]
         self.attend = Launch(
             attention_fwd_sm90_kernel, (max(num_tiles, 1), 1, 1),
@@ -582,7 +594,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8)
     constants.update(flags)
     block_n = constants["BLOCK_N"]
-    del constants["PERSISTENT"]  # a launch-grid choice, not a kernel flag
+    del constants["PERSISTENT"], constants["L2_SECTIONS"]  # launch-grid choices, not kernel flags
     types = dict(Out="*bf16" if fp8 else "*DTYPE", Lse="*fp32", CuSeqlensQ="*i32", CuSeqlensK="*i32",
                  AlibiSlopes="*fp32", qk_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
     descriptors = dict(q_desc=64, k_desc=block_n, v_desc=[1, 1, head_dim, block_n] if fp8 else block_n)

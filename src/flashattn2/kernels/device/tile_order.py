@@ -1,0 +1,23 @@
+"""The order in which a grid takes its work items (FlashAttention-3/4's L2-sectioned, longest-first walk).
+
+A work item is (block, batch x head): a query tile in the forward, a key tile in the backward. The grid walks
+sections of `section` (batch, head) pairs whose streamed tensors fit in L2 together, and inside a section block
+by block, every pair's block b before any pair's block b + 1. When the first blocks are the longest (causal:
+see `longest_first`), long items start early and the grid ends on short ones, instead of on the last head's
+longest item. section = 1 is one head's blocks after another's.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sectioned_item(tile, num_blocks, num_bh, section):
+    """Work item `tile` as (block, batch x head index) in the sectioned walk above."""
+    if section == 1:  # folds away where the launch passes 1 (Triton specializes an int argument equal to 1)
+        return tile % num_blocks, tile // num_blocks
+    first_bh = (tile // (section * num_blocks)) * section
+    in_section = tile - first_bh * num_blocks
+    heads = tl.minimum(section, num_bh - first_bh)  # the last section may hold fewer pairs
+    block = in_section // heads
+    return block, first_bh + in_section - block * heads
