@@ -514,6 +514,31 @@ def test_l2_sections_change_only_the_order(head_dim, deterministic, monkeypatch)
 
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("head_dim", [128, 256])
+def test_l2_sections_change_only_the_order_fp8(head_dim, monkeypatch):
+    # the FP8 forward in sections of 2 heads over 5 (the last section short): outputs equal bit for bit
+    from flashattn2 import quantize_fp8
+    from flashattn2.kernels import common
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    seqlen = 3000
+    monkeypatch.setattr(common, "_l2_bytes", lambda index: 2 * seqlen * head_dim * 2 + 1)
+    torch.manual_seed(4)
+    q8, k8, v8, qd, kd, vd = quantize_fp8(*(randn(1, seqlen, 5, head_dim, dtype=torch.bfloat16) for _ in range(3)))
+    outs, sections = {}, {}
+    for on in (0, 1):
+        monkeypatch.setattr(fwd_sm90, "CONFIGS_FP8", {d: dict(c, L2_SECTIONS=on) for d, c in
+                                                      fwd_sm90.CONFIGS_FP8.items()})
+        flashattn2.set_backend("gluon")
+        outs[on] = flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+        sections[on] = next(p for p in backends._plans.values() if hasattr(p, "attend")).attend.named["section"]
+    flashattn2.set_backend(backends._checked(os.environ.get("FLASHATTN2_BACKEND", "auto")))
+    assert sections == {0: 1, 1: 2}
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.gpu
+@hopper
 def test_gluon_backward_fuses_dq_unless_deterministic(gluon_backend):
     from flashattn2.kernels.params import AttnOptions
     from flashattn2.kernels.portable import forward

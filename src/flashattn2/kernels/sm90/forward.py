@@ -58,7 +58,8 @@ BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 # (causal work items differ in cost, and a static round-robin over them lost 28-37% at 16k).
 # L2_SECTIONS (grids of one program per item, causal): items walk query tile by query tile, longest first, over
 # sections of heads whose K and V fit in 1/L2_SECTIONS of L2 (device/tile_order.py); 0: one head after another.
-# Causal bf16 512-8k: d128 (a quarter) -1% to +5%, d256 (half) -1% to +8% (2026-11-24); d64 and FP8 unmeasured.
+# Causal bf16 512-8k: d128 (a quarter) -1% to +5%, d256 (half) -1% to +8%; FP8 2k-16k: d128 (a quarter) +3% to
+# +6%, d256 -2% to +3% (kept off) (2026-11-24); d64 unmeasured.
 # Measured choices: benchmarks/NOTES.md.
 CONFIGS = {
     64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0),
@@ -69,7 +70,7 @@ CONFIGS = {
 # benchmarks/NOTES.md). Causal (any right window edge) d128 keeps 128-key tiles: its work items hold few.
 CONFIGS_FP8 = {
     64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0),
-    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=0),
+    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4),
     256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0),
 }
 CONFIGS_FP8_CAUSAL = {128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True)}
