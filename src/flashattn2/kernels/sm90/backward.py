@@ -28,7 +28,7 @@ from ..device.tile_order import sectioned_item
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
-from .common import WG_M, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
+from .common import WG_M, WorkGrid, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
 from .gluon_api import (
     fence_async_shared,
     gl,
@@ -65,38 +65,38 @@ CONSUMER_REGS = gl.constexpr(240)
 
 
 @gluon.jit
-def _work_item(tile, num_n, num_tiles, section, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q,
-               total_k, window_left, window_right, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+def _work_item(tile, grid: WorkGrid, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
     """Where work item `tile` lies: (batch, kv head, first key, the sequence's bounds, query ranges).
-    Items run key tile by key tile over sections of `section` (batch, kv head) pairs whose Q, dO and dQ fit
+    Items run key tile by key tile over sections of grid.section (batch, kv head) pairs whose Q, dO and dQ fit
     in L2 (device/tile_order.py): programs running together share them, and a causal grid, whose first key
     tiles see the most queries, starts its longest items first."""
-    pid_n, pid_bhk = sectioned_item(tile, num_n, num_tiles // num_n, section)
+    num_n = grid.num_blocks
+    pid_n, pid_bhk = sectioned_item(tile, num_n, grid.num_tiles // num_n, grid.section)
     start_n = pid_n * BLOCK_N
-    off_b = pid_bhk // nheads_k
-    off_hk = pid_bhk % nheads_k
-    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                                                           total_q, total_k, IS_VARLEN)
-    m_lo, m_full_lo, m_full_hi, m_hi = q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, window_left, window_right,
+    off_b = pid_bhk // grid.heads
+    off_hk = pid_bhk % grid.heads
+    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, grid.cu_seqlens_q, grid.cu_seqlens_k,
+                                                           grid.seqlen_q, grid.seqlen_k, grid.total_q, grid.total_k,
+                                                           IS_VARLEN)
+    m_lo, m_full_lo, m_full_hi, m_hi = q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, grid.window_left,
+                                                           grid.window_right,
                                                            BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     return off_b, off_hk, start_n, q_start, seqlen_q, k_start, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
-              kv_empty, q_ready, do_ready, empty, Lse, Delta, CuSeqlensQ, CuSeqlensK, stride_lse_b, stride_lse_h,
-              num_n, num_tiles, section, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k, window_left,
-              window_right, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+              kv_empty, q_ready, do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, grid: WorkGrid,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
     KV_TILES: gl.constexpr = BLOCK_N // WG_M
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     it = 0  # Q/dO ring slot, counted across work items
     done = 0  # work items loaded, for the K/V barriers' phases
-    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+    for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
         off_b, off_hk, start_n, q_row0, n_rows, k_row0, n_keys, m_lo, _, _, m_hi = _work_item(
-            tile, num_n, num_tiles, section, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k,
-            window_left, window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
+            tile, grid, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
             # the consumers free K and V after their last matmul of the previous work item
@@ -105,8 +105,8 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, 
             for t in gl.static_range(KV_TILES):
                 tma_load(k_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, 0], kv_bar, k_smem.index(t))
                 tma_load(v_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, 0], kv_bar, v_smem.index(t))
-            for g in range(0, group):
-                off_h = off_hk * group + g
+            for g in range(0, grid.group):
+                off_h = off_hk * grid.group + g
                 row_off = off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_row0
                 for start_m in range(m_lo, m_hi, BLOCK_M):
                     stage = it % STAGES
@@ -322,10 +322,9 @@ def _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
-              kv_bar, kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, CuSeqlensQ, CuSeqlensK,
-              AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b,
-              num_n, num_tiles, section, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale,
-              window_left, window_right, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              kv_bar, kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
+              stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid: WorkGrid, qk_scale,
+              softmax_scale, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
               BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
               IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
               SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr):
@@ -344,10 +343,9 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
     o_layout: gl.constexpr = wgmma_layout(COLS)
     it = 0  # Q/dO ring slot, counted across work items as the producer counts it
     done = 0  # work items finished, for the K/V barriers' phases
-    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+    for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
         off_b, off_hk, start_n, q_start, n_rows, k_start, n_keys, m_lo, m_full_lo, m_full_hi, m_hi = _work_item(
-            tile, num_n, num_tiles, section, nheads_k, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k,
-            window_left, window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
+            tile, grid, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:
             tma_b = tma_batch(off_b, IS_VARLEN)
             key0 = start_n + key_off
@@ -355,8 +353,8 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
             dk = gl.zeros([WG_M, COLS], gl.float32, o_layout)
             dv = gl.zeros([WG_M, COLS], gl.float32, o_layout)
             mbarrier.wait(kv_bar, done & 1)
-            for g in range(0, group):
-                off_h = off_hk * group + g
+            for g in range(0, grid.group):
+                off_h = off_hk * grid.group + g
                 alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
                 # query tiles the diagonal (window's right edge) or a sequence end crosses (masked), tiles that
                 # see the whole key tile, then tiles cut by the window's left edge (masked)
@@ -366,9 +364,9 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
                         dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
                                        dq_smem, lse_smem, delta_smem, q_ready, do_ready, empty, p_ready, ds_ready,
                                        dq_desc, tma_b, q_start, off_h, offs_n, n_rows, n_keys, qk_scale,
-                                       softmax_scale, window_left, window_right, softcap_in2, softcap_out,
-                                       alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                                       HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D, DQ_ROWS)
+                                       softmax_scale, grid.window_left, grid.window_right, softcap_in2,
+                                       softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                                       HAS_SOFTCAP, HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D, DQ_ROWS)
                         it += 1
             # every matmul of this warpgroup that read K or V has retired (each step waits for its own): the
             # producer may load the next work item's while this one's dK and dV go out
@@ -420,8 +418,8 @@ def attention_bwd_sm90_kernel(
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = WG_M if SPLIT_D else 2 * WG_M
     dtype: gl.constexpr = q_desc.dtype
-    num_n = gl.cdiv(seqlen_k, BLOCK_N)
-    group = nheads // nheads_k
+    grid = WorkGrid(gl.cdiv(seqlen_k, BLOCK_N), num_tiles, section, nheads_k, nheads // nheads_k, CuSeqlensQ,
+                    CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left, window_right)
 
     k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, BLOCK_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, BLOCK_D], v_desc.layout)
@@ -470,23 +468,18 @@ def attention_bwd_sm90_kernel(
 
     gl.warp_specialize([
         (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
-                     kv_empty, q_ready, do_ready, empty, Lse, Delta, CuSeqlensQ, CuSeqlensK, stride_lse_b,
-                     stride_lse_h, num_n, num_tiles, section, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
-                     window_left, window_right, BLOCK_M, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN)),
+                     kv_empty, q_ready, do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, grid, BLOCK_M,
+                     BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN)),
         (_consumer, (0, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
-                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, CuSeqlensQ, CuSeqlensK,
-                     AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
-                     stride_alibi_b, num_n, num_tiles, section, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
-                     qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_N,
-                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D,
-                     DQ_ROWS, COALESCED_DKV)),
+                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
+                     stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid, qk_scale,
+                     softmax_scale, softcap_in2, softcap_out, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                     IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
         (_consumer, (1, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
-                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, CuSeqlensQ, CuSeqlensK,
-                     AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh,
-                     stride_alibi_b, num_n, num_tiles, section, nheads_k, group, seqlen_q, seqlen_k, total_q, total_k,
-                     qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, BLOCK_M, BLOCK_N,
-                     BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D,
-                     DQ_ROWS, COALESCED_DKV)),
+                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
+                     stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid, qk_scale,
+                     softmax_scale, softcap_in2, softcap_out, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                     IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(kv_bar)

@@ -6,9 +6,57 @@ import torch
 from .. import common
 from ..common import capability
 from ..tma import tma_usable
-from .gluon_api import TensorDescriptor, gl, gluon, shared_layout
+from .gluon_api import TensorDescriptor, aggregate, gl, gluon, shared_layout
 
 WG_M = gl.constexpr(64)  # rows per consumer warpgroup (wgmma's M)
+
+
+@gluon.constexpr_function
+def _value(x):
+    # Triton passes an int argument equal to 1 (and None) as a plain Python value: keep it a constexpr
+    return x if isinstance(x, (gl.tensor, gl.constexpr)) else gl.constexpr(x)
+
+
+_SCALAR = (gl.tensor, gl.constexpr)
+
+
+@aggregate
+class WorkGrid:
+    """A launch's work items and what places one, as one argument of the kernels' partitions: `num_tiles`
+    (block, batch x head) items of `num_blocks` blocks each, walked in sections of `section` heads
+    (device/tile_order.py); `heads` per batch entry (the kv heads in the backward), `group` query heads per kv
+    head; the sequences' lengths and bounds (packed batches: cu_seqlens) and the window. A new per-launch value
+    is one field here and its use."""
+    num_blocks: _SCALAR
+    num_tiles: _SCALAR
+    section: _SCALAR
+    heads: _SCALAR
+    group: _SCALAR
+    cu_seqlens_q: _SCALAR
+    cu_seqlens_k: _SCALAR
+    seqlen_q: _SCALAR
+    seqlen_k: _SCALAR
+    total_q: _SCALAR
+    total_k: _SCALAR
+    window_left: _SCALAR
+    window_right: _SCALAR
+
+    @gluon.constexpr_function
+    def __init__(self, num_blocks, num_tiles, section, heads, group, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k,
+                 total_q, total_k, window_left, window_right):
+        self.num_blocks = _value(num_blocks)
+        self.num_tiles = _value(num_tiles)
+        self.section = _value(section)
+        self.heads = _value(heads)
+        self.group = _value(group)
+        self.cu_seqlens_q = _value(cu_seqlens_q)
+        self.cu_seqlens_k = _value(cu_seqlens_k)
+        self.seqlen_q = _value(seqlen_q)
+        self.seqlen_k = _value(seqlen_k)
+        self.total_q = _value(total_q)
+        self.total_k = _value(total_k)
+        self.window_left = _value(window_left)
+        self.window_right = _value(window_right)
 
 
 @gluon.constexpr_function

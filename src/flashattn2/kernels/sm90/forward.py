@@ -36,7 +36,7 @@ from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
 from ..portable.v_layout import RELABEL_KEYS, v_keys_last
-from .common import WG_M, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
+from .common import WG_M, WorkGrid, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
 from .gluon_api import (
     TensorDescriptor,
     fence_async_shared,
@@ -107,40 +107,39 @@ def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
 
 
 @gluon.jit
-def _tile(tile, num_m, num_tiles, section, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k,
-          window_left, window_right, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+def _tile(tile, grid: WorkGrid, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
           IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr):
     """Where work item `tile` lies: (batch, head, first query row, the sequence's bounds, key ranges).
-    Items run query tile by query tile over sections of `section` (batch, head) pairs whose K and V fit in L2
+    Items run query tile by query tile over sections of grid.section (batch, head) pairs whose K and V fit in L2
     (device/tile_order.py), so programs running together share them; REVERSE_M (causal) takes the longest
     rows first, so short ones fill the last wave."""
-    pid_m, pid_bh = sectioned_item(tile, num_m, num_tiles // num_m, section)
+    num_m = grid.num_blocks
+    pid_m, pid_bh = sectioned_item(tile, num_m, grid.num_tiles // num_m, grid.section)
     if REVERSE_M:
         pid_m = num_m - 1 - pid_m
     start_m = pid_m * (2 * WG_M)
-    off_b = pid_bh // nheads
-    off_h = pid_bh % nheads
-    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                                                           total_q, total_k, IS_VARLEN)
-    n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, window_left, window_right,
-                                                           2 * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    off_b = pid_bh // grid.heads
+    off_h = pid_bh % grid.heads
+    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, grid.cu_seqlens_q, grid.cu_seqlens_k,
+                                                           grid.seqlen_q, grid.seqlen_k, grid.total_q, grid.total_k,
+                                                           IS_VARLEN)
+    n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, grid.window_left,
+                                                           grid.window_right, 2 * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     return off_b, off_h, start_m, q_start, seqlen_q, k_start, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-              CuSeqlensQ, CuSeqlensK, num_m, num_tiles, section, nheads, group, seqlen_q, seqlen_k, total_q, total_k,
-              window_left, window_right, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+              grid: WorkGrid, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr, IS_FP8: gl.constexpr):
     it = 0  # K/V ring slot, counted across work items
     done = 0  # work items finished, for the Q barriers' phases
-    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+    for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
         off_b, off_h, start_m, q_start, n_rows, k_start, _, n_lo, _, _, n_hi = _tile(
-            tile, num_m, num_tiles, section, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k,
-            window_left, window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+            tile, grid, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
-            off_hk = off_h // group
+            off_hk = off_h // grid.group
             # the consumers free the Q stage (it also stages their O) when their output is out
             mbarrier.wait(q_empty, (done & 1) ^ 1)
             mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
@@ -353,9 +352,8 @@ def _attend(q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
-              o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale, stride_om, stride_oh,
-              stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, section, nheads, group, seqlen_q,
-              seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+              o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om, stride_oh, stride_lse_b,
+              stride_lse_h, stride_alibi_b, grid: WorkGrid, qk_scale, softcap_in2, softcap_out,
               BLOCK_N: gl.constexpr,
               BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
               IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
@@ -371,10 +369,9 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, 
     it = 0
     turns = 0
     done = 0
-    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+    for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
         off_b, off_h, start_m, q_start, n_rows, _, n_keys, n_lo, n_full_lo, n_full_hi, n_hi = _tile(
-            tile, num_m, num_tiles, section, nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k,
-            window_left, window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+            tile, grid, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:
             alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
             tile_scale = qk_scale
@@ -382,14 +379,16 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, 
             v_descale = 1.0
             if IS_FP8:
                 tile_scale, tile_softcap_in2, v_descale = fp8_scales(QDescale, KDescale, VDescale, off_b,
-                                                                     off_h // group, nheads // group, qk_scale,
+                                                                     off_h // grid.group, grid.heads // grid.group,
+                                                                     qk_scale,
                                                                      softcap_in2)
             row0 = start_m + WG * WG_M
             offs_m = row0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
             mbarrier.wait(q_bar, done & 1)
             acc, m_i, l_i, it, turns = _attend(
                 q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it, turns, offs_m, n_rows, n_keys,
-                n_lo, n_full_lo, n_full_hi, n_hi, tile_scale, window_left, window_right, tile_softcap_in2, softcap_out,
+                n_lo, n_full_lo, n_full_hi, n_hi, tile_scale, grid.window_left, grid.window_right, tile_softcap_in2,
+                softcap_out,
                 alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG,
                 IS_FP8, P_SHIFT)
 
@@ -405,7 +404,7 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, 
                 if IS_VARLEN:
                     o_rows = (q_start + rows).to(gl.int64)
                 else:
-                    o_rows = off_b.to(gl.int64) * seqlen_q + rows  # dense: O is this plan's contiguous output
+                    o_rows = off_b.to(gl.int64) * grid.seqlen_q + rows  # dense: O is this plan's contiguous output
                 o_ptrs = Out + off_h.to(gl.int64) * stride_oh + o_rows[:, None] * stride_om + cols[None, :]
                 gl.store(o_ptrs, out.to(dtype), mask=(rows[:, None] < n_rows) & (cols[None, :] < BLOCK_D))
             else:
@@ -439,7 +438,8 @@ def attention_fwd_sm90_kernel(
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
     num_m = gl.cdiv(seqlen_q, 2 * WG_M)
-    num_tiles = num_m * batch * nheads
+    grid = WorkGrid(num_m, num_m * batch * nheads, section, nheads, group, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
+                    total_q, total_k, window_left, window_right)
 
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
@@ -470,21 +470,15 @@ def attention_fwd_sm90_kernel(
 
     gl.warp_specialize([
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                     CuSeqlensQ, CuSeqlensK, num_m, num_tiles, section, nheads, group, seqlen_q, seqlen_k, total_q,
-                     total_k, window_left, window_right, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M,
-                     IS_FP8)),
+                     grid, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M, IS_FP8)),
         (_consumer, (0, q_smem, k_smem, v_smem, p_smem0, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
-                     o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, section, nheads, group,
-                     seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
-                     softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI,
-                     REVERSE_M, PINGPONG, IS_FP8)),
+                     o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om, stride_oh, stride_lse_b,
+                     stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2, softcap_out, BLOCK_N, BLOCK_D, STAGES,
+                     HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8)),
         (_consumer, (1, q_smem, k_smem, v_smem, p_smem1, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
-                     o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, num_m, num_tiles, section, nheads, group,
-                     seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
-                     softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI,
-                     REVERSE_M, PINGPONG, IS_FP8)),
+                     o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om, stride_oh, stride_lse_b,
+                     stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2, softcap_out, BLOCK_N, BLOCK_D, STAGES,
+                     HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(q_bar)

@@ -25,6 +25,10 @@ except ImportError:  # a Triton without Gluon: only the portable kernels exist
     AVAILABLE = False
 
 if AVAILABLE:
+    # a class of named values passed to @gluon.jit functions as one argument; 3.6-3.9 keep it private
+    aggregate = getattr(gl, "aggregate", None)
+    if aggregate is None:
+        from triton.language.core import _aggregate as aggregate
     # 3.6: async_copy_global_to_shared / async_copy_shared_to_global; 3.9: async_load / async_store
     tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
     tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_shared_to_global
@@ -43,7 +47,7 @@ if AVAILABLE:
             _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
                                                       src.handle)
 else:
-    tma_load = tma_store = tma_store_wait = tma_reduce_add = NVMMASharedLayout = None
+    tma_load = tma_store = tma_store_wait = tma_reduce_add = NVMMASharedLayout = aggregate = None
 
 
 def shared_layout(block_shape: list[int], torch_dtype):
