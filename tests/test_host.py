@@ -207,3 +207,19 @@ def test_warmup_runs_every_variant():
     seconds = warmup(dtypes=("fp16",), head_dims=(32,), causal=(True,), nheads=2, nheads_k=1, seqlen=16,
                      device=DEVICE, verbose=False)
     assert seconds > 0
+
+
+@pytest.mark.parametrize("arch,sm90a,tma,hopper,fp8", [
+    ((9, 0), True, True, True, True), ((8, 9), False, False, False, True), ((8, 0), False, False, False, False),
+    ((10, 0), False, True, False, True)])
+def test_one_capability_rule_per_kernel_family(arch, sm90a, tma, hopper, fp8, monkeypatch):
+    # kernels/common.py decides what each kernel family needs of a GPU; a CPU tensor has none of it
+    from flashattn2.kernels import common
+
+    monkeypatch.setattr(common, "capability", lambda index: arch)
+    cuda = torch.device("cuda", 0)
+    assert (common.runs_sm90a(cuda), common.has_tma(cuda), common.is_hopper_family(cuda)) == (sm90a, tma, hopper)
+    assert (common.gpu_arch(cuda) >= common.FP8_MIN) == fp8
+    cpu = torch.zeros(1)
+    assert common.gpu_arch(cpu) is None
+    assert not (common.runs_sm90a(cpu) or common.has_tma(cpu) or common.is_hopper_family(torch.device("cpu")))

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from .checks import FP8_DTYPE, check_gqa
-from .kernels.common import capability
+from .kernels.common import FP8_MIN, gpu_arch
 from .kernels.params import AttnOptions
 from .ops import forward, fwd_op_call, is_traced
 
@@ -24,9 +24,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple
     """(out in bf16, lse) of checked FP8 inputs."""
     if opts.dropout_p > 0.0:
         raise NotImplementedError("dropout with FP8 inputs: FP8 attention is for inference (dropout_p=0)")
-    if q.is_cuda and capability(q.get_device()) < (8, 9):
+    arch = gpu_arch(q)
+    if arch is not None and arch < FP8_MIN:
         raise NotImplementedError(f"FP8 attention needs FP8 tensor cores (sm_89 or newer); this GPU is "
-                                  f"sm_{''.join(map(str, capability(q.get_device())))}")
+                                  f"sm_{''.join(map(str, arch))}")
     if is_traced(q):  # a custom op: dynamo cannot trace the kernel launches
         return torch.ops.flashattn2.fwd_fp8(q, k, v, *descales, opts.cu_seqlens_q, opts.cu_seqlens_k,
                                             opts.alibi_slopes, opts.max_seqlen_q, opts.max_seqlen_k,

@@ -57,6 +57,39 @@ def capability(device_index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)
 
 
+# What the kernel families need of a GPU, decided here alone. The Gluon kernels are compiled for sm_90a (wgmma,
+# setmaxnreg), which runs on compute capability 9.0 only; TMA descriptors exist from 9.0 on; e4m3 tensor cores
+# from 8.9 on. The portable kernels' Hopper tiles go with the 9.x family.
+SM90A = (9, 0)
+TMA_MIN = (9, 0)
+FP8_MIN = (8, 9)
+
+
+def gpu_arch(x: torch.Tensor | torch.device) -> tuple[int, int] | None:
+    """(major, minor) compute capability of the CUDA device of a tensor or device; None off CUDA."""
+    if isinstance(x, torch.Tensor):
+        return capability(x.get_device()) if x.is_cuda else None
+    if x.type != "cuda":
+        return None
+    return capability(x.index if x.index is not None else torch.cuda.current_device())
+
+
+def runs_sm90a(x: torch.Tensor | torch.device) -> bool:
+    """The Gluon (sm_90a) kernels can run here."""
+    return gpu_arch(x) == SM90A
+
+
+def has_tma(x: torch.Tensor | torch.device) -> bool:
+    arch = gpu_arch(x)
+    return arch is not None and arch >= TMA_MIN
+
+
+def is_hopper_family(x: torch.Tensor | torch.device) -> bool:
+    """Compute capability 9.x: the portable kernels' Hopper tile tables."""
+    arch = gpu_arch(x)
+    return arch is not None and arch[0] == SM90A[0]
+
+
 @functools.cache
 def _l2_bytes(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).L2_cache_size

@@ -10,7 +10,7 @@ at each sequence. The kernels' side, load_tile, is in device/tma.py.
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .common import INTERPRET, capability
+from .common import INTERPRET, has_tma
 
 _ALIGN_BYTES = 16
 
@@ -22,7 +22,7 @@ def tma_usable(*tensors: torch.Tensor) -> bool:
         # the interpreter reads bf16 descriptors wrongly (fp16 and fp32 are right), so bf16 keeps pointers
         if any(t.dtype == torch.bfloat16 for t in tensors):
             return False
-    elif not all(t.is_cuda and capability(t.get_device())[0] >= 9 for t in tensors):
+    elif not all(has_tma(t) for t in tensors):
         return False
     for t in tensors:
         size, strides = t.element_size(), t.stride()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..common import INTERPRET, capability
+from ..common import INTERPRET, is_hopper_family
 
 
 @dataclass(frozen=True)
@@ -88,14 +88,10 @@ def _pick(table, block_d: int):
     raise ValueError(f"no tile configuration for padded head dim {block_d}")
 
 
-def _is_hopper(device: torch.device) -> bool:
-    return device.type == "cuda" and capability(device.index)[0] == 9
-
-
 def fwd_config(block_d: int, causal: bool, device: torch.device, fp8: bool = False) -> FwdConfig:
     if INTERPRET:
         return _INTERPRET_FWD
-    if _is_hopper(device):
+    if is_hopper_family(device):
         return _pick((_HOPPER_FWD_FP8 if fp8 else _HOPPER_FWD)[causal], block_d)
     return _pick(_GENERIC_FWD, block_d)
 
@@ -103,6 +99,6 @@ def fwd_config(block_d: int, causal: bool, device: torch.device, fp8: bool = Fal
 def bwd_config(block_d: int, causal: bool, device: torch.device) -> BwdConfig:
     if INTERPRET:
         return _INTERPRET_BWD
-    if _is_hopper(device):
+    if is_hopper_family(device):
         return _pick(_HOPPER_BWD[causal], block_d)
     return _pick(_GENERIC_BWD, block_d)

@@ -4,7 +4,7 @@ descriptors of the inputs, and their compile-only check for sm_90 (CI has no GPU
 import torch
 
 from .. import common
-from ..common import capability
+from ..common import runs_sm90a
 from ..tma import tma_usable
 from .gluon_api import TensorDescriptor, aggregate, gl, gluon, shared_layout
 
@@ -76,7 +76,7 @@ def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tenso
     """What keeps a call off a Gluon kernel (sm90.forward's or sm90.backward's) for reasons both share, or None."""
     if common.INTERPRET:
         return "the Triton interpreter cannot run Gluon"
-    if not q.is_cuda or capability(q.get_device()) != (9, 0):
+    if not runs_sm90a(q):
         return "not an sm_90 (Hopper) GPU"
     if q.dtype not in dtypes:
         return f"dtype {q.dtype}"
