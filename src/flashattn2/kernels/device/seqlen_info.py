@@ -33,6 +33,19 @@ def sequence_bounds(off_b, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, 
 
 
 @triton.jit
+def query_bounds(off_b, CuSeqlensQ, seqlen_q, total_q, IS_VARLEN: tl.constexpr):
+    """(first row of q, seqlen_q) of sequence off_b: the query half of sequence_bounds, for kernels whose keys
+    come from elsewhere (the KV cache)."""
+    if IS_VARLEN:
+        q_start = tl.minimum(tl.maximum(tl.load(CuSeqlensQ + off_b), 0), total_q)
+        q_end = tl.minimum(tl.maximum(tl.load(CuSeqlensQ + off_b + 1), q_start), total_q)
+        seqlen_q = tl.minimum(q_end - q_start, seqlen_q)
+    else:
+        q_start = off_b * 0
+    return q_start, seqlen_q
+
+
+@triton.jit
 def program_problem(nheads, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, BLOCK: tl.constexpr,
                     IS_VARLEN: tl.constexpr):
     """What a program of a (row tiles, batch x heads) launch grid works on: (first row of its tile, batch,

@@ -25,6 +25,7 @@ from ..device.block_range import kv_range_for_q_tile
 from ..device.mask import score_mask
 from ..device.paged_kv import kv_row_coords, kv_row_ptrs, load_kv_rows, row_mask
 from ..device.scores import fp8_scales, masked_scores
+from ..device.seqlen_info import query_bounds
 from ..device.softmax import finalize, online_softmax_update
 from ..launch import Launch, PlanCache, align
 from ..params import AttnOptions
@@ -86,12 +87,7 @@ def kvcache_attention_kernel(
     n_slots = nheads // G
     off_b = pid_bh // n_slots
     slot = pid_bh % n_slots
-    if IS_VARLEN:
-        q_start = tl.minimum(tl.maximum(tl.load(CuSeqlensQ + off_b), 0), total_q)
-        q_end = tl.minimum(tl.maximum(tl.load(CuSeqlensQ + off_b + 1), q_start), total_q)
-        seqlen_q = tl.minimum(q_end - q_start, seqlen_q)
-    else:
-        q_start = off_b * 0
+    q_start, seqlen_q = query_bounds(off_b, CuSeqlensQ, seqlen_q, total_q, IS_VARLEN)
     start_q = start_r // G_PAD
     if start_q >= seqlen_q:
         return
