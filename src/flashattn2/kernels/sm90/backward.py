@@ -23,8 +23,7 @@ import torch
 from ..common import LOG2E, cdiv, l2_section
 from ..device.block_range import q_range_for_kv_tile
 from ..device.scores import alibi_slope_of, score_tail
-from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
-from ..device.tile_order import sectioned_item
+from ..device.seqlen_info import ROW_COUNTS
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
@@ -65,23 +64,15 @@ CONSUMER_REGS = gl.constexpr(240)
 
 
 @gluon.jit
-def _work_item(tile, grid: WorkGrid, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
+def _work_item(tile, grid: WorkGrid, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr,
+               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
     """Where work item `tile` lies: (batch, kv head, first key, the sequence's bounds, query ranges).
     Items run key tile by key tile over sections of grid.section (batch, kv head) pairs whose Q, dO and dQ fit
     in L2 (device/tile_order.py): programs running together share them, and a causal grid, whose first key
     tiles see the most queries, starts its longest items first."""
-    num_n = grid.num_blocks
-    pid_n, pid_bhk = sectioned_item(tile, num_n, grid.num_tiles // num_n, grid.section)
-    start_n = pid_n * BLOCK_N
-    off_b = pid_bhk // grid.heads
-    off_hk = pid_bhk % grid.heads
-    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, grid.cu_seqlens_q, grid.cu_seqlens_k,
-                                                           grid.seqlen_q, grid.seqlen_k, grid.total_q, grid.total_k,
-                                                           IS_VARLEN)
+    start_n, off_b, off_hk, q_start, seqlen_q, k_start, seqlen_k = grid.item(tile, BLOCK_N, False, IS_VARLEN)
     m_lo, m_full_lo, m_full_hi, m_hi = q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, grid.window_left,
-                                                           grid.window_right,
-                                                           BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+                                                           grid.window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     return off_b, off_hk, start_n, q_start, seqlen_q, k_start, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi
 
 

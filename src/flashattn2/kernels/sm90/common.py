@@ -5,6 +5,8 @@ import torch
 
 from .. import common
 from ..common import runs_sm90a
+from ..device.seqlen_info import sequence_bounds
+from ..device.tile_order import sectioned_item
 from ..tma import tma_usable
 from .gluon_api import TensorDescriptor, aggregate, gl, gluon, shared_layout
 
@@ -57,6 +59,22 @@ class WorkGrid:
         self.total_k = _value(total_k)
         self.window_left = _value(window_left)
         self.window_right = _value(window_right)
+
+    @gluon.jit
+    def item(self, tile, BLOCK: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr):
+        """Work item `tile` as (its block's first row, batch, head, first q row, seqlen_q, first k row, seqlen_k):
+        its place in the sectioned walk (REVERSE: the last blocks first, where they are the longest) and its
+        sequence's bounds."""
+        block, pid_bh = sectioned_item(tile, self.num_blocks, self.num_tiles // self.num_blocks, self.section)
+        if REVERSE:
+            block = self.num_blocks - 1 - block
+        start = block * BLOCK
+        off_b = pid_bh // self.heads
+        off_h = pid_bh % self.heads
+        q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, self.cu_seqlens_q, self.cu_seqlens_k,
+                                                               self.seqlen_q, self.seqlen_k, self.total_q,
+                                                               self.total_k, IS_VARLEN)
+        return start, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k
 
 
 @gluon.constexpr_function

@@ -29,9 +29,8 @@ from .. import common
 from ..common import cdiv, l2_section
 from ..device.block_range import kv_range_for_q_tile
 from ..device.scores import alibi_slope_of, fp8_scales, score_tail
-from ..device.seqlen_info import ROW_COUNTS, sequence_bounds
+from ..device.seqlen_info import ROW_COUNTS
 from ..device.softmax import finalize, online_softmax_update
-from ..device.tile_order import sectioned_item
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
@@ -113,16 +112,7 @@ def _tile(tile, grid: WorkGrid, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, H
     Items run query tile by query tile over sections of grid.section (batch, head) pairs whose K and V fit in L2
     (device/tile_order.py), so programs running together share them; REVERSE_M (causal) takes the longest
     rows first, so short ones fill the last wave."""
-    num_m = grid.num_blocks
-    pid_m, pid_bh = sectioned_item(tile, num_m, grid.num_tiles // num_m, grid.section)
-    if REVERSE_M:
-        pid_m = num_m - 1 - pid_m
-    start_m = pid_m * (2 * WG_M)
-    off_b = pid_bh // grid.heads
-    off_h = pid_bh % grid.heads
-    q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, grid.cu_seqlens_q, grid.cu_seqlens_k,
-                                                           grid.seqlen_q, grid.seqlen_k, grid.total_q, grid.total_k,
-                                                           IS_VARLEN)
+    start_m, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k = grid.item(tile, 2 * WG_M, REVERSE_M, IS_VARLEN)
     n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, grid.window_left,
                                                            grid.window_right, 2 * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     return off_b, off_h, start_m, q_start, seqlen_q, k_start, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi
