@@ -536,7 +536,7 @@ class Sm90Backward:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
         tuning = dict(tuning_for(head_dim, opts))
         persistent = tuning.pop("PERSISTENT")
-        sectioned = tuning.pop("L2_SECTIONS")
+        l2_share = tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
         self.fused_dq = tuning["FUSED_DQ"]
         self.varlen = opts.varlen
         self.q_block = [1, tuning["BLOCK_M"], 1, head_dim]
@@ -554,10 +554,10 @@ class Sm90Backward:
             # causal and packed items differ in cost, so those keep one program per item
             grid = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
         section = 1
-        if sectioned and grid == num_tiles:
+        if l2_share and grid == num_tiles:
             # a kv head's items stream its query heads' Q, dO (input dtype) and dQ (fp32) rows
             section = l2_section(nheads // nheads_k * seqlen_q * head_dim * (2 * q.element_size() + 4), q.device,
-                                 sectioned)
+                                 l2_share)
         named = dict(nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
                      total_k=k.shape[0], softmax_scale=opts.softmax_scale, num_tiles=num_tiles, section=section,
                      **opts.kernel_args(), **tuning)
