@@ -65,13 +65,16 @@ TMA_MIN = (9, 0)
 FP8_MIN = (8, 9)
 
 
+def _index(device: torch.device) -> int:
+    # torch.device("cuda") names the current device
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def gpu_arch(x: torch.Tensor | torch.device) -> tuple[int, int] | None:
     """(major, minor) compute capability of the CUDA device of a tensor or device; None off CUDA."""
     if isinstance(x, torch.Tensor):
         return capability(x.get_device()) if x.is_cuda else None
-    if x.type != "cuda":
-        return None
-    return capability(x.index if x.index is not None else torch.cuda.current_device())
+    return capability(_index(x)) if x.type == "cuda" else None
 
 
 def runs_sm90a(x: torch.Tensor | torch.device) -> bool:
@@ -98,8 +101,7 @@ def _l2_bytes(device_index: int) -> int:
 def l2_section(bytes_per_head: int, device: torch.device, share: int = 1) -> int:
     """How many (batch, head) pairs, each streaming `bytes_per_head` bytes, fit together in 1/share of the GPU's
     L2: a power of 2, at least 1 (FlashAttention-3/4's swizzle). The section of device/tile_order.sectioned_item."""
-    l2 = _l2_bytes(device.index if device.index is not None else torch.cuda.current_device())
-    fit = l2 // share // max(bytes_per_head, 1)
+    fit = _l2_bytes(_index(device)) // share // max(bytes_per_head, 1)
     return 1 << (max(fit, 1).bit_length() - 1)
 
 

@@ -511,15 +511,14 @@ class Sm90ForwardPlan:
         tuning = {**default_tuning(head_dim, fp8, opts), **(tuning or {})}
         block_n = tuning["BLOCK_N"]
         num_tiles = cdiv(seqlen_q, BLOCK_M) * batch * nheads
-        section = 1
+        section, l2_share = 1, tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
         if tuning.pop("PERSISTENT") and opts.window_right < 0:
             # one program per SM (the shared memory allows no second), each looping over work items
             num_tiles = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
-        elif tuning["L2_SECTIONS"]:
+        elif l2_share:
             # a query head's items stream K and V, shared by the heads of its GQA group
             section = l2_section(seqlen_k * head_dim * 2 * q.element_size() * nheads_k // nheads, q.device,
-                                 tuning["L2_SECTIONS"])
-        del tuning["L2_SECTIONS"]
+                                 l2_share)
         self.backward_plans: dict = {}
         # FP8 attention writes bf16, as FlashAttention-3's does
         self.dtype, self.device, self.out_shape = torch.bfloat16 if fp8 else q.dtype, q.device, q.shape
