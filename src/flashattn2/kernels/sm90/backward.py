@@ -50,12 +50,12 @@ from .gluon_api import (
 # Q, dO and dQ fit in 1/L2_SECTIONS of L2, longest first (device/tile_order.py); 0: one head after another.
 # Causal, 1k-8k: d128 +0.5 to +5%, d64 (half of L2) 0 to +6%; d256 lost 5% at 1k and keeps 0 (2026-11-24).
 CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=True,
-                    COALESCED_DKV=True, L2_SECTIONS=2),
+                    COALESCED_DKV=True, L2_SECTIONS=2, DQ_ATOMIC=False),
            128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False,
-                     COALESCED_DKV=True, L2_SECTIONS=1),
+                     COALESCED_DKV=True, L2_SECTIONS=1, DQ_ATOMIC=False),
            256: dict(BLOCK_M=64, STAGES=1, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False,
-                     COALESCED_DKV=False, L2_SECTIONS=0)}
-_DKDV = dict(FUSED_DQ=False, PERSISTENT=True, DQ_ROWS=False, COALESCED_DKV=False, L2_SECTIONS=0)
+                     COALESCED_DKV=False, L2_SECTIONS=0, DQ_ATOMIC=False)}
+_DKDV = dict(FUSED_DQ=False, PERSISTENT=True, DQ_ROWS=False, COALESCED_DKV=False, L2_SECTIONS=0, DQ_ATOMIC=False)
 CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, SPLIT_D=False, **_DKDV),
                 128: dict(BLOCK_M=32, STAGES=3, SPLIT_D=False, **_DKDV),
                 256: dict(BLOCK_M=64, STAGES=2, SPLIT_D=True, **_DKDV)}
@@ -120,21 +120,39 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, 
 
 
 @gluon.jit
-def _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG: gl.constexpr, ROW0: gl.constexpr,
-            COL0: gl.constexpr):
+def _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, dq_ptr, stride_dqn, start_m, seqlen_q,
+            WG: gl.constexpr, ROW0: gl.constexpr, COL0: gl.constexpr, DQ_ATOMIC: gl.constexpr):
     """Add softmax_scale * dq, this warpgroup's block of a query tile's dQ (rows ROW0.. and columns COL0.. of
-    the tile at dq_row), into the fp32 dQ buffer: staged in shared memory for one bulk (TMA) reduce-add."""
-    # the reduce-add of the last tile must have read the buffer before it is written again
-    tma_store_wait(0)
-    dq_smem.index(WG).store(dq * softmax_scale)
-    fence_async_shared()
-    tma_reduce_add(dq_desc, [tma_b, dq_row + ROW0, dq_head, COL0],
-                   dq_smem.index(WG).reshape([1, dq.shape[0], 1, dq.shape[1]]))
+    the tile at dq_row), into the fp32 dQ buffer: staged in shared memory for one bulk (TMA) reduce-add, or
+    (DQ_ATOMIC) by fp32 reductions from registers, which leave shared memory alone."""
+    if DQ_ATOMIC:
+        layout: gl.constexpr = dq.type.layout
+        rows = start_m + ROW0 + gl.arange(0, dq.shape[0], layout=gl.SliceLayout(1, layout))
+        cols = COL0 + gl.arange(0, dq.shape[1], layout=gl.SliceLayout(0, layout))
+        ptrs = dq_ptr + rows.to(gl.int64)[:, None] * stride_dqn + cols[None, :]
+        vals = dq * softmax_scale
+        if DQ_ATOMIC == 2:
+            # sm_90's 8-byte reduction: a thread's accumulator holds column pairs (pack=2 takes them together)
+            live = ((rows < seqlen_q)[:, None] & (cols >= 0)[None, :]).to(gl.int32)
+            gl.inline_asm_elementwise(
+                "{ .reg .pred p; setp.ne.b32 p, $4, 0; @p red.relaxed.gpu.global.add.v2.f32 [$2], {$6, $7}; "
+                "mov.b32 $0, 0; mov.b32 $1, 0; }",
+                "=r,=r,l,l,r,r,f,f", [ptrs.to(gl.int64), live, vals], dtype=gl.int32, is_pure=False, pack=2)
+        else:
+            gl.atomic_add(ptrs, vals, mask=(rows < seqlen_q)[:, None], sem="relaxed")
+    else:
+        # the reduce-add of the last tile must have read the buffer before it is written again
+        tma_store_wait(0)
+        dq_smem.index(WG).store(dq * softmax_scale)
+        fence_async_shared()
+        tma_reduce_add(dq_desc, [tma_b, dq_row + ROW0, dq_head, COL0],
+                       dq_smem.index(WG).reshape([1, dq.shape[0], 1, dq.shape[1]]))
 
 
 @gluon.jit
 def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_row, dq_head, softmax_scale,
-             WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, DQ_ROWS: gl.constexpr):
+             dq_ptr, stride_dqn, start_m, seqlen_q, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
+             DQ_ROWS: gl.constexpr, DQ_ATOMIC: gl.constexpr):
     """This warpgroup's block of dQ for one query tile, dS K over both key halves: half of the columns, or
     (DQ_ROWS, 128-row tiles) half of the rows with every column, which reads a third less shared memory (N =
     the head dim, not half of it; FlashAttention-3's d64 layout). dSᵀ of this half goes to buffer it % 2 for
@@ -159,18 +177,20 @@ def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_r
         dq = warpgroup_mma(ds_half.permute([1, 0]), k_half, dq, use_acc=h > 0, is_async=True)
     dq = warpgroup_mma_wait(0, deps=[dq])
     if DQ_ROWS:
-        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG, WG * DQ_M, 0)
+        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, dq_ptr, stride_dqn, start_m, seqlen_q,
+                WG, WG * DQ_M, 0, DQ_ATOMIC)
     else:
-        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG, 0, WG * DQ_N)
+        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, dq_ptr, stride_dqn, start_m, seqlen_q,
+                WG, 0, WG * DQ_N, DQ_ATOMIC)
 
 
 @gluon.jit
 def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem, q_ready,
           do_ready, empty, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k, qk_scale,
-          softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
-          BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
-          FUSED_DQ: gl.constexpr, DQ_ROWS: gl.constexpr):
+          softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, dq_ptr, stride_dqn,
+          WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+          HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+          MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, DQ_ROWS: gl.constexpr, DQ_ATOMIC: gl.constexpr):
     """One (Q, dO) tile into this warpgroup's dK, dV (and its columns of dQ): the contract of
     portable.backward._dkdv_from_q_tiles."""
     s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
@@ -214,7 +234,7 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
     dk_tok = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
     if FUSED_DQ:
         _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_row0 + start_m, off_h,
-                 softmax_scale, WG, BLOCK_M, BLOCK_D, DQ_ROWS)
+                 softmax_scale, dq_ptr, stride_dqn, start_m, seqlen_q, WG, BLOCK_M, BLOCK_D, DQ_ROWS, DQ_ATOMIC)
     dv, dk, pt_op, dst_op = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, pt_op, dst_op])
     mbarrier.arrive(empty.index(stage), count=1)
     return dk, dv
@@ -223,10 +243,10 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
 @gluon.jit
 def _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
                q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-               qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-               WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+               qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, dq_ptr,
+               stride_dqn, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
                HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-               MASKED: gl.constexpr, FUSED_DQ: gl.constexpr):
+               MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, DQ_ATOMIC: gl.constexpr):
     """_step for wide heads (SPLIT_D): both warpgroups share the program's 64 keys; each computes Pᵀ and dSᵀ
     for half of the tile's query rows, puts them in shared memory (buffer it % 2, count-2 p_ready and
     ds_ready barriers: the reuse argument of _dq_tile), and then its half of the head dim's columns of dV,
@@ -282,7 +302,8 @@ def _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_
                                is_async=True)
         dv, dk, dq = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, dq_tok])
         mbarrier.arrive(empty.index(stage), count=1)
-        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row0 + start_m, off_h, softmax_scale, WG, 0, WG * COLS)
+        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row0 + start_m, off_h, softmax_scale, dq_ptr, stride_dqn, start_m,
+                seqlen_q, WG, 0, WG * COLS, DQ_ATOMIC)
     else:
         dv, dk = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok])
         mbarrier.arrive(empty.index(stage), count=1)
@@ -292,33 +313,35 @@ def _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_
 @gluon.jit
 def _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
           q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-          qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
-          BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
-          FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr):
+          qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, dq_ptr, stride_dqn,
+          WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+          HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+          MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr,
+          DQ_ATOMIC: gl.constexpr):
     if SPLIT_D:
         dk, dv = _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem,
                             delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h,
                             offs_n, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
-                            softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                            HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
+                            softcap_in2, softcap_out, alibi_slope, dq_ptr, stride_dqn, WG, BLOCK_M, BLOCK_D, STAGES,
+                            HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ, DQ_ATOMIC)
     else:
         dk, dv = _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem,
                        q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-                       qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG,
-                       BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ,
-                       DQ_ROWS)
+                       qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+                       dq_ptr, stride_dqn, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                       MASKED, FUSED_DQ, DQ_ROWS, DQ_ATOMIC)
     return dk, dv
 
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
-              kv_bar, kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
-              stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid: WorkGrid, qk_scale,
-              softmax_scale, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-              IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
-              SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr):
+              kv_bar, kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, DQacc, AlibiSlopes,
+              stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_dqb, stride_dqn,
+              stride_dqh, stride_alibi_b, grid: WorkGrid, qk_scale, softmax_scale, softcap_in2, softcap_out,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+              HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr,
+              COALESCED_DKV: gl.constexpr, DQ_ATOMIC: gl.constexpr):
     # this warpgroup's block of dK and dV: 64 keys of the program's 128 with the whole head dim, or (SPLIT_D)
     # the program's 64 keys with half the head dim's columns
     if SPLIT_D:
@@ -347,6 +370,8 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
             for g in range(0, grid.group):
                 off_h = off_hk * grid.group + g
                 alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
+                dq_ptr = (DQacc + off_b.to(gl.int64) * stride_dqb + off_h.to(gl.int64) * stride_dqh
+                          + q_start.to(gl.int64) * stride_dqn)
                 # query tiles the diagonal (window's right edge) or a sequence end crosses (masked), tiles that
                 # see the whole key tile, then tiles cut by the window's left edge (masked)
                 bounds = (m_lo, m_full_lo, m_full_hi, m_hi)
@@ -356,8 +381,9 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
                                        dq_smem, lse_smem, delta_smem, q_ready, do_ready, empty, p_ready, ds_ready,
                                        dq_desc, tma_b, q_start, off_h, offs_n, n_rows, n_keys, qk_scale,
                                        softmax_scale, grid.window_left, grid.window_right, softcap_in2,
-                                       softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                                       HAS_SOFTCAP, HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D, DQ_ROWS)
+                                       softcap_out, alibi_slope, dq_ptr, stride_dqn, WG, BLOCK_M, BLOCK_D, STAGES,
+                                       HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D,
+                                       DQ_ROWS, DQ_ATOMIC)
                         it += 1
             # every matmul of this warpgroup that read K or V has retired (each step waits for its own): the
             # producer may load the next work item's while this one's dK and dV go out
@@ -385,19 +411,20 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
                        + cols[None, :])
             gl.store(dv_ptrs, dv_out, mask=mask)
             done += 1
-    if FUSED_DQ:
+    if FUSED_DQ and not DQ_ATOMIC:
         tma_store_wait(0)  # the last reduce-add reads dq_smem until it completes
 
 
 @gluon.jit(do_not_specialize=ROW_COUNTS)
 def attention_bwd_sm90_kernel(
-    q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
-    stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
+    q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, dK, dV, DQacc, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
+    stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_dqb, stride_dqn, stride_dqh,
+    stride_lse_b, stride_lse_h,
     stride_alibi_b, nheads, nheads_k, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left,
     window_right, softcap_in2, softcap_out, num_tiles, section,
     BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
-    SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr,
+    SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr, DQ_ATOMIC: gl.constexpr,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
     portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
@@ -429,7 +456,7 @@ def attention_bwd_sm90_kernel(
     else:
         ds_smem = q_smem
         p_smem = q_smem
-    if FUSED_DQ:
+    if FUSED_DQ and not DQ_ATOMIC:
         # each warpgroup's block of the tile's dQ for its reduce-add: half the columns, or (DQ_ROWS) half the rows
         DQ_M: gl.constexpr = BLOCK_M // 2 if DQ_ROWS else BLOCK_M
         DQ_N: gl.constexpr = BLOCK_D if DQ_ROWS else BLOCK_D // 2
@@ -462,15 +489,17 @@ def attention_bwd_sm90_kernel(
                      kv_empty, q_ready, do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, grid, BLOCK_M,
                      BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN)),
         (_consumer, (0, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
-                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
-                     stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid, qk_scale,
-                     softmax_scale, softcap_in2, softcap_out, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                     IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
+                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, DQacc, AlibiSlopes,
+                     stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_dqb, stride_dqn,
+                     stride_dqh, stride_alibi_b, grid, qk_scale, softmax_scale, softcap_in2, softcap_out, BLOCK_M,
+                     BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ,
+                     SPLIT_D, DQ_ROWS, COALESCED_DKV, DQ_ATOMIC)),
         (_consumer, (1, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
-                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
-                     stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid, qk_scale,
-                     softmax_scale, softcap_in2, softcap_out, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                     IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
+                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, DQacc, AlibiSlopes,
+                     stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_dqb, stride_dqn,
+                     stride_dqh, stride_alibi_b, grid, qk_scale, softmax_scale, softcap_in2, softcap_out, BLOCK_M,
+                     BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ,
+                     SPLIT_D, DQ_ROWS, COALESCED_DKV, DQ_ATOMIC)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(kv_bar)
@@ -562,8 +591,9 @@ class Sm90Backward:
                      total_k=k.shape[0], softmax_scale=opts.softmax_scale, num_tiles=num_tiles, section=section,
                      **opts.kernel_args(), **tuning)
         del named["dropout_p"], named["HAS_DROPOUT"]
+        dq_strides = row_strides(torch.empty(q.shape, device="meta"), opts.varlen)  # the fp32 buffer's
         self.launch = Launch(attention_bwd_sm90_kernel, (max(grid, 1), 1, 1),
-                             (*grads[0], *grads[1], lse_sb, lse_sh), named, num_warps=4, num_stages=1,
+                             (*grads[0], *grads[1], *dq_strides, lse_sb, lse_sh), named, num_warps=4, num_stages=1,
                              options=dict(maxnreg=MAXNREG))
 
     def __call__(self, dout, q, k, v, lse, delta, dq_acc, dk, dv, opts: AttnOptions) -> None:
@@ -574,8 +604,8 @@ class Sm90Backward:
         dq_desc = descriptor(dq_acc, self.dq_block, self.dq_layout, varlen) if self.fused_dq else q_desc
         self.launch(q_desc, descriptor(k, self.kv_block, self.kv_layout, varlen),
                     descriptor(v, self.kv_block, self.kv_layout, varlen),
-                    descriptor(dout, self.q_block, self.q_layout, varlen), dq_desc, lse, delta, dk, dv, cu_q, cu_k,
-                    alibi)
+                    descriptor(dout, self.q_block, self.q_layout, varlen), dq_desc, lse, delta, dk, dv,
+                    dk if dq_acc is None else dq_acc, cu_q, cu_k, alibi)
 
 
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
@@ -586,8 +616,9 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
     constants.update(flags)
     del constants["PERSISTENT"], constants["L2_SECTIONS"]  # launch-grid choices, not kernel flags
     block_m = constants["BLOCK_M"]
-    types = dict(Lse="*fp32", Delta="*fp32", dK="*DTYPE", dV="*DTYPE", CuSeqlensQ="*i32", CuSeqlensK="*i32",
-                 AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
+    types = dict(Lse="*fp32", Delta="*fp32", dK="*DTYPE", dV="*DTYPE", DQacc="*fp32", CuSeqlensQ="*i32",
+                 CuSeqlensK="*i32", AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32",
+                 softcap_out="fp32")
     descriptors = dict(q_desc=block_m, k_desc=64, v_desc=64, do_desc=block_m)
     if fused:
         block = dq_block(constants, head_dim)
