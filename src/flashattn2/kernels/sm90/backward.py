@@ -27,9 +27,8 @@ from ..device.seqlen_info import ROW_COUNTS
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
-from .common import _SCALAR, WG_M, WorkGrid, _value, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
+from .common import WG_M, WorkGrid, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
 from .gluon_api import (
-    aggregate,
     fence_async_shared,
     gl,
     gluon,
@@ -51,13 +50,12 @@ from .gluon_api import (
 # Q, dO and dQ fit in 1/L2_SECTIONS of L2, longest first (device/tile_order.py); 0: one head after another.
 # Causal, 1k-8k: d128 +0.5 to +5%, d64 (half of L2) 0 to +6%; d256 lost 5% at 1k and keeps 0 (2026-11-24).
 CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=True,
-                    COALESCED_DKV=True, L2_SECTIONS=2, DQ_ATOMIC=False, DETERMINISTIC=False),
+                    COALESCED_DKV=True, L2_SECTIONS=2),
            128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False,
-                     COALESCED_DKV=True, L2_SECTIONS=1, DQ_ATOMIC=False, DETERMINISTIC=False),
+                     COALESCED_DKV=True, L2_SECTIONS=1),
            256: dict(BLOCK_M=64, STAGES=1, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False,
-                     COALESCED_DKV=False, L2_SECTIONS=0, DQ_ATOMIC=False, DETERMINISTIC=False)}
-_DKDV = dict(FUSED_DQ=False, PERSISTENT=True, DQ_ROWS=False, COALESCED_DKV=False, L2_SECTIONS=0, DQ_ATOMIC=False,
-             DETERMINISTIC=False)
+                     COALESCED_DKV=False, L2_SECTIONS=0)}
+_DKDV = dict(FUSED_DQ=False, PERSISTENT=True, DQ_ROWS=False, COALESCED_DKV=False, L2_SECTIONS=0)
 CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, SPLIT_D=False, **_DKDV),
                 128: dict(BLOCK_M=32, STAGES=3, SPLIT_D=False, **_DKDV),
                 256: dict(BLOCK_M=64, STAGES=2, SPLIT_D=True, **_DKDV)}
@@ -67,15 +65,12 @@ CONSUMER_REGS = gl.constexpr(240)
 
 @gluon.jit
 def _work_item(tile, grid: WorkGrid, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr,
-               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, DETERMINISTIC: gl.constexpr):
+               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
     """Where work item `tile` lies: (batch, kv head, first key, the sequence's bounds, query ranges).
     Items run key tile by key tile over sections of grid.section (batch, kv head) pairs whose Q, dO and dQ fit
     in L2 (device/tile_order.py): programs running together share them, and a causal grid, whose first key
-    tiles see the most queries, starts its longest items first. DETERMINISTIC with a right window edge walks
-    the key tiles backwards (shortest first): a key tile's ordered reductions wait for the next key tile's, which
-    must have started before it."""
-    start_n, off_b, off_hk, q_start, seqlen_q, k_start, seqlen_k = grid.item(tile, BLOCK_N,
-                                                                             DETERMINISTIC and HAS_RIGHT, IS_VARLEN)
+    tiles see the most queries, starts its longest items first."""
+    start_n, off_b, off_hk, q_start, seqlen_q, k_start, seqlen_k = grid.item(tile, BLOCK_N, False, IS_VARLEN)
     m_lo, m_full_lo, m_full_hi, m_hi = q_range_for_kv_tile(start_n, seqlen_q, seqlen_k, grid.window_left,
                                                            grid.window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     return off_b, off_hk, start_n, q_start, seqlen_q, k_start, seqlen_k, m_lo, m_full_lo, m_full_hi, m_hi
@@ -85,14 +80,14 @@ def _work_item(tile, grid: WorkGrid, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexp
 def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
               kv_empty, q_ready, do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, grid: WorkGrid,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-              HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, DETERMINISTIC: gl.constexpr):
+              HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
     KV_TILES: gl.constexpr = BLOCK_N // WG_M
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     it = 0  # Q/dO ring slot, counted across work items
     done = 0  # work items loaded, for the K/V barriers' phases
     for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
         off_b, off_hk, start_n, q_row0, n_rows, k_row0, n_keys, m_lo, _, _, m_hi = _work_item(
-            tile, grid, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, DETERMINISTIC)
+            tile, grid, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
             # the consumers free K and V after their last matmul of the previous work item
@@ -124,102 +119,22 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, 
             done += 1
 
 
-@aggregate
-class DqTarget:
-    """Where a query head's dQ rows go: the fp32 buffer's rows of this (batch, query head) (`ptr`, `stride`), and
-    for ordered (deterministic) reductions its semaphores (`sem`: one per query tile and warpgroup), this key
-    tile's place in the order (`rank`), the query tiles the key tile before it in that order adds into
-    ([nb_lo, nb_hi): there this one waits for it) and this key tile's first query tile `m_lo`."""
-    ptr: _SCALAR
-    stride: _SCALAR
-    sem: _SCALAR
-    rank: _SCALAR
-    nb_lo: _SCALAR
-    nb_hi: _SCALAR
-    m_lo: _SCALAR
-
-    @gluon.constexpr_function
-    def __init__(self, ptr, stride, sem, rank, nb_lo, nb_hi, m_lo):
-        self.ptr = _value(ptr)
-        self.stride = _value(stride)
-        self.sem = _value(sem)
-        self.rank = _value(rank)
-        self.nb_lo = _value(nb_lo)
-        self.nb_hi = _value(nb_hi)
-        self.m_lo = _value(m_lo)
-
-
 @gluon.jit
-def _thread_ptrs(ptr):
-    # one copy of a scalar address per thread of the warpgroup, for per-thread inline PTX
-    return (ptr + gl.zeros([128], gl.int32, gl.BlockedLayout([1], [32], [4], [0]))).to(gl.int64)
-
-
-@gluon.jit
-def _chain_wait(tgt: DqTarget, start_m, BLOCK_M: gl.constexpr, WG: gl.constexpr):
-    """Ordered reductions: wait until the key tile before this one (tgt.rank - 1) has added into query tile
-    start_m, if it adds there at all. Every thread acquires on its own, so its reductions come after."""
-    if (tgt.nb_lo <= start_m) & (start_m < tgt.nb_hi):
-        gl.inline_asm_elementwise(
-            "{ .reg .pred p; .reg .b32 v; SPIN: ld.acquire.gpu.global.b32 v, [$1]; setp.lt.s32 p, v, $2; "
-            "@p bra SPIN; mov.b32 $0, v; }",
-            "=r,l,r", [_thread_ptrs(tgt.sem + (start_m // BLOCK_M) * 2 + WG), tgt.rank * 128], dtype=gl.int32,
-            is_pure=False, pack=1)
-
-
-@gluon.jit
-def _chain_release(tgt: DqTarget, start_m, BLOCK_M: gl.constexpr, WG: gl.constexpr):
-    """Ordered reductions: this key tile's sums into query tile start_m are done. Each of the 128 threads releases
-    its own; the semaphore reaches 128 * (rank + 1): +1 per thread after a predecessor, else +rank + 1."""
-    first = (start_m < tgt.nb_lo) | (start_m >= tgt.nb_hi)
-    inc = gl.where(first, tgt.rank + 1, 1)
-    gl.inline_asm_elementwise(
-        "red.release.gpu.global.add.u32 [$1], $2; mov.b32 $0, 0;",
-        "=r,l,r", [_thread_ptrs(tgt.sem + (start_m // BLOCK_M) * 2 + WG), inc], dtype=gl.int32, is_pure=False,
-        pack=1)
-
-
-@gluon.jit
-def _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, tgt: DqTarget, start_m, seqlen_q,
-            WG: gl.constexpr, ROW0: gl.constexpr, COL0: gl.constexpr, BLOCK_M: gl.constexpr,
-            DQ_ATOMIC: gl.constexpr, DETERMINISTIC: gl.constexpr):
+def _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG: gl.constexpr, ROW0: gl.constexpr,
+            COL0: gl.constexpr):
     """Add softmax_scale * dq, this warpgroup's block of a query tile's dQ (rows ROW0.. and columns COL0.. of
-    the tile at dq_row), into the fp32 dQ buffer: staged in shared memory for one bulk (TMA) reduce-add, or
-    (DQ_ATOMIC) by fp32 reductions from registers, which leave shared memory alone. DETERMINISTIC (with
-    DQ_ATOMIC): in the order of the key tiles, through per-tile semaphores. The release of the last tile waits
-    one step (its reductions land meanwhile), so it costs no stall."""
-    if DETERMINISTIC:
-        if start_m > tgt.m_lo:
-            _chain_release(tgt, start_m - BLOCK_M, BLOCK_M, WG)
-        _chain_wait(tgt, start_m, BLOCK_M, WG)
-    if DQ_ATOMIC:
-        layout: gl.constexpr = dq.type.layout
-        rows = start_m + ROW0 + gl.arange(0, dq.shape[0], layout=gl.SliceLayout(1, layout))
-        cols = COL0 + gl.arange(0, dq.shape[1], layout=gl.SliceLayout(0, layout))
-        ptrs = tgt.ptr + rows.to(gl.int64)[:, None] * tgt.stride + cols[None, :]
-        vals = dq * softmax_scale
-        if DQ_ATOMIC == 2:
-            # sm_90's 8-byte reduction: a thread's accumulator holds column pairs (pack=2 takes them together)
-            live = ((rows < seqlen_q)[:, None] & (cols >= 0)[None, :]).to(gl.int32)
-            gl.inline_asm_elementwise(
-                "{ .reg .pred p; setp.ne.b32 p, $4, 0; @p red.relaxed.gpu.global.add.v2.f32 [$2], {$6, $7}; "
-                "mov.b32 $0, 0; mov.b32 $1, 0; }",
-                "=r,=r,l,l,r,r,f,f", [ptrs.to(gl.int64), live, vals], dtype=gl.int32, is_pure=False, pack=2)
-        else:
-            gl.atomic_add(ptrs, vals, mask=(rows < seqlen_q)[:, None], sem="relaxed")
-    else:
-        # the reduce-add of the last tile must have read the buffer before it is written again
-        tma_store_wait(0)
-        dq_smem.index(WG).store(dq * softmax_scale)
-        fence_async_shared()
-        tma_reduce_add(dq_desc, [tma_b, dq_row + ROW0, dq_head, COL0],
-                       dq_smem.index(WG).reshape([1, dq.shape[0], 1, dq.shape[1]]))
+    the tile at dq_row), into the fp32 dQ buffer: staged in shared memory for one bulk (TMA) reduce-add."""
+    # the reduce-add of the last tile must have read the buffer before it is written again
+    tma_store_wait(0)
+    dq_smem.index(WG).store(dq * softmax_scale)
+    fence_async_shared()
+    tma_reduce_add(dq_desc, [tma_b, dq_row + ROW0, dq_head, COL0],
+                   dq_smem.index(WG).reshape([1, dq.shape[0], 1, dq.shape[1]]))
 
 
 @gluon.jit
 def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_row, dq_head, softmax_scale,
-             tgt: DqTarget, start_m, seqlen_q, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
-             DQ_ROWS: gl.constexpr, DQ_ATOMIC: gl.constexpr, DETERMINISTIC: gl.constexpr):
+             WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, DQ_ROWS: gl.constexpr):
     """This warpgroup's block of dQ for one query tile, dS K over both key halves: half of the columns, or
     (DQ_ROWS, 128-row tiles) half of the rows with every column, which reads a third less shared memory (N =
     the head dim, not half of it; FlashAttention-3's d64 layout). dSᵀ of this half goes to buffer it % 2 for
@@ -244,21 +159,18 @@ def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_r
         dq = warpgroup_mma(ds_half.permute([1, 0]), k_half, dq, use_acc=h > 0, is_async=True)
     dq = warpgroup_mma_wait(0, deps=[dq])
     if DQ_ROWS:
-        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, tgt, start_m, seqlen_q, WG, WG * DQ_M,
-                0, BLOCK_M, DQ_ATOMIC, DETERMINISTIC)
+        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG, WG * DQ_M, 0)
     else:
-        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, tgt, start_m, seqlen_q, WG, 0,
-                WG * DQ_N, BLOCK_M, DQ_ATOMIC, DETERMINISTIC)
+        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG, 0, WG * DQ_N)
 
 
 @gluon.jit
 def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem, q_ready,
           do_ready, empty, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k, qk_scale,
-          softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, tgt: DqTarget,
-          WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-          HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-          MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, DQ_ROWS: gl.constexpr, DQ_ATOMIC: gl.constexpr,
-          DETERMINISTIC: gl.constexpr):
+          softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
+          BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
+          FUSED_DQ: gl.constexpr, DQ_ROWS: gl.constexpr):
     """One (Q, dO) tile into this warpgroup's dK, dV (and its columns of dQ): the contract of
     portable.backward._dkdv_from_q_tiles."""
     s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
@@ -302,7 +214,7 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
     dk_tok = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
     if FUSED_DQ:
         _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_row0 + start_m, off_h,
-                 softmax_scale, tgt, start_m, seqlen_q, WG, BLOCK_M, BLOCK_D, DQ_ROWS, DQ_ATOMIC, DETERMINISTIC)
+                 softmax_scale, WG, BLOCK_M, BLOCK_D, DQ_ROWS)
     dv, dk, pt_op, dst_op = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, pt_op, dst_op])
     mbarrier.arrive(empty.index(stage), count=1)
     return dk, dv
@@ -312,9 +224,9 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
 def _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
                q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
                qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-               tgt: DqTarget, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+               WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
                HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-               MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, DQ_ATOMIC: gl.constexpr, DETERMINISTIC: gl.constexpr):
+               MASKED: gl.constexpr, FUSED_DQ: gl.constexpr):
     """_step for wide heads (SPLIT_D): both warpgroups share the program's 64 keys; each computes Pᵀ and dSᵀ
     for half of the tile's query rows, puts them in shared memory (buffer it % 2, count-2 p_ready and
     ds_ready barriers: the reuse argument of _dq_tile), and then its half of the head dim's columns of dV,
@@ -370,8 +282,7 @@ def _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_
                                is_async=True)
         dv, dk, dq = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, dq_tok])
         mbarrier.arrive(empty.index(stage), count=1)
-        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row0 + start_m, off_h, softmax_scale, tgt, start_m, seqlen_q, WG, 0,
-                WG * COLS, BLOCK_M, DQ_ATOMIC, DETERMINISTIC)
+        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row0 + start_m, off_h, softmax_scale, WG, 0, WG * COLS)
     else:
         dv, dk = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok])
         mbarrier.arrive(empty.index(stage), count=1)
@@ -381,35 +292,33 @@ def _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_
 @gluon.jit
 def _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
           q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-          qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, tgt: DqTarget,
-          WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-          HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-          MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr,
-          DQ_ATOMIC: gl.constexpr, DETERMINISTIC: gl.constexpr):
+          qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
+          BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
+          FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr):
     if SPLIT_D:
         dk, dv = _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem,
                             delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h,
                             offs_n, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
-                            softcap_in2, softcap_out, alibi_slope, tgt, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
-                            HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ, DQ_ATOMIC, DETERMINISTIC)
+                            softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                            HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
     else:
         dk, dv = _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem,
                        q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-                       qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-                       tgt, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED,
-                       FUSED_DQ, DQ_ROWS, DQ_ATOMIC, DETERMINISTIC)
+                       qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG,
+                       BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ,
+                       DQ_ROWS)
     return dk, dv
 
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
-              kv_bar, kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, DQacc, Sem, AlibiSlopes,
-              stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_dqb, stride_dqn,
-              stride_dqh, stride_alibi_b, sem_tiles, grid: WorkGrid, qk_scale, softmax_scale, softcap_in2, softcap_out,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
-              HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr,
-              COALESCED_DKV: gl.constexpr, DQ_ATOMIC: gl.constexpr, DETERMINISTIC: gl.constexpr):
+              kv_bar, kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
+              stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid: WorkGrid, qk_scale,
+              softmax_scale, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+              BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+              IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
+              SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr):
     # this warpgroup's block of dK and dV: 64 keys of the program's 128 with the whole head dim, or (SPLIT_D)
     # the program's 64 keys with half the head dim's columns
     if SPLIT_D:
@@ -427,27 +336,9 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
     done = 0  # work items finished, for the K/V barriers' phases
     for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
         off_b, off_hk, start_n, q_start, n_rows, k_start, n_keys, m_lo, m_full_lo, m_full_hi, m_hi = _work_item(
-            tile, grid, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, DETERMINISTIC)
+            tile, grid, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:
             tma_b = tma_batch(off_b, IS_VARLEN)
-            if DETERMINISTIC:
-                # the order of the key tiles' reductions into a query tile: ascending, or with a right window
-                # edge descending (a key tile then reaches each query tile after the next key tile did)
-                if HAS_RIGHT:
-                    nb = start_n + BLOCK_N
-                    rank = gl.cdiv(n_keys, BLOCK_N) - 1 - start_n // BLOCK_N
-                    has_nb = nb < n_keys
-                else:
-                    nb = start_n - BLOCK_N
-                    rank = start_n // BLOCK_N
-                    has_nb = start_n > 0
-                nb_lo, _, _, nb_hi = q_range_for_kv_tile(nb, n_rows, n_keys, grid.window_left, grid.window_right,
-                                                         BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-                nb_hi = gl.where(has_nb, nb_hi, -1)
-            else:
-                rank = 0
-                nb_lo = 0
-                nb_hi = 0
             key0 = start_n + key_off
             offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
             dk = gl.zeros([WG_M, COLS], gl.float32, o_layout)
@@ -456,10 +347,6 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
             for g in range(0, grid.group):
                 off_h = off_hk * grid.group + g
                 alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
-                dq_ptr = (DQacc + off_b.to(gl.int64) * stride_dqb + off_h.to(gl.int64) * stride_dqh
-                          + q_start.to(gl.int64) * stride_dqn)
-                sem = Sem + (off_b * grid.heads * grid.group + off_h).to(gl.int64) * sem_tiles * 2
-                tgt = DqTarget(dq_ptr, stride_dqn, sem, rank, nb_lo, nb_hi, m_lo)
                 # query tiles the diagonal (window's right edge) or a sequence end crosses (masked), tiles that
                 # see the whole key tile, then tiles cut by the window's left edge (masked)
                 bounds = (m_lo, m_full_lo, m_full_hi, m_hi)
@@ -469,14 +356,9 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
                                        dq_smem, lse_smem, delta_smem, q_ready, do_ready, empty, p_ready, ds_ready,
                                        dq_desc, tma_b, q_start, off_h, offs_n, n_rows, n_keys, qk_scale,
                                        softmax_scale, grid.window_left, grid.window_right, softcap_in2,
-                                       softcap_out, alibi_slope, tgt, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT,
-                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D, DQ_ROWS,
-                                       DQ_ATOMIC, DETERMINISTIC)
+                                       softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                                       HAS_SOFTCAP, HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D, DQ_ROWS)
                         it += 1
-                if DETERMINISTIC:
-                    # the last query tile's release, before any later wait of this program can need it
-                    if m_hi > m_lo:
-                        _chain_release(tgt, m_lo + (m_hi - 1 - m_lo) // BLOCK_M * BLOCK_M, BLOCK_M, WG)
             # every matmul of this warpgroup that read K or V has retired (each step waits for its own): the
             # producer may load the next work item's while this one's dK and dV go out
             mbarrier.arrive(kv_empty, count=1)
@@ -503,21 +385,19 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
                        + cols[None, :])
             gl.store(dv_ptrs, dv_out, mask=mask)
             done += 1
-    if FUSED_DQ and not DQ_ATOMIC:
+    if FUSED_DQ:
         tma_store_wait(0)  # the last reduce-add reads dq_smem until it completes
 
 
 @gluon.jit(do_not_specialize=ROW_COUNTS)
 def attention_bwd_sm90_kernel(
-    q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, dK, dV, DQacc, Sem, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
-    stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_dqb, stride_dqn, stride_dqh,
-    stride_lse_b, stride_lse_h,
+    q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
+    stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
     stride_alibi_b, nheads, nheads_k, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left,
-    window_right, softcap_in2, softcap_out, num_tiles, section, sem_tiles,
+    window_right, softcap_in2, softcap_out, num_tiles, section,
     BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
-    SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr, DQ_ATOMIC: gl.constexpr,
-    DETERMINISTIC: gl.constexpr,
+    SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
     portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
@@ -549,7 +429,7 @@ def attention_bwd_sm90_kernel(
     else:
         ds_smem = q_smem
         p_smem = q_smem
-    if FUSED_DQ and not DQ_ATOMIC:
+    if FUSED_DQ:
         # each warpgroup's block of the tile's dQ for its reduce-add: half the columns, or (DQ_ROWS) half the rows
         DQ_M: gl.constexpr = BLOCK_M // 2 if DQ_ROWS else BLOCK_M
         DQ_N: gl.constexpr = BLOCK_D if DQ_ROWS else BLOCK_D // 2
@@ -580,19 +460,17 @@ def attention_bwd_sm90_kernel(
     gl.warp_specialize([
         (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
                      kv_empty, q_ready, do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, grid, BLOCK_M,
-                     BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, DETERMINISTIC)),
+                     BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN)),
         (_consumer, (0, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
-                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, DQacc, Sem, AlibiSlopes,
-                     stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_dqb, stride_dqn,
-                     stride_dqh, stride_alibi_b, sem_tiles, grid, qk_scale, softmax_scale, softcap_in2, softcap_out,
-                     BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI,
-                     FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV, DQ_ATOMIC, DETERMINISTIC)),
+                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
+                     stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid, qk_scale,
+                     softmax_scale, softcap_in2, softcap_out, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                     IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
         (_consumer, (1, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
-                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, DQacc, Sem, AlibiSlopes,
-                     stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_dqb, stride_dqn,
-                     stride_dqh, stride_alibi_b, sem_tiles, grid, qk_scale, softmax_scale, softcap_in2, softcap_out,
-                     BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI,
-                     FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV, DQ_ATOMIC, DETERMINISTIC)),
+                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
+                     stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid, qk_scale,
+                     softmax_scale, softcap_in2, softcap_out, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                     IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(kv_bar)
@@ -661,9 +539,6 @@ class Sm90Backward:
         l2_share = tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
         self.fused_dq = tuning["FUSED_DQ"]
         self.varlen = opts.varlen
-        # ordered dQ reductions: a semaphore per (batch, query head, query tile, warpgroup), zeroed per call
-        sem_tiles = cdiv(seqlen_q, tuning["BLOCK_M"])
-        self.sem_count = batch * nheads * sem_tiles * 2 if tuning["DETERMINISTIC"] else 0
         self.q_block = [1, tuning["BLOCK_M"], 1, head_dim]
         self.kv_block = [1, int(WG_M), 1, head_dim]
         self.dq_block = dq_block(tuning, head_dim)
@@ -679,22 +554,16 @@ class Sm90Backward:
             # causal and packed items differ in cost, so those keep one program per item
             grid = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
         section = 1
-        if tuning["DETERMINISTIC"] and grid < num_tiles:
-            # a persistent grid walks key tile by key tile over all heads: the programs running together then
-            # hold few key tiles of a head, each waiting (one step) for the one before it
-            section = batch * nheads_k
-        elif l2_share and grid == num_tiles:
+        if l2_share and grid == num_tiles:
             # a kv head's items stream its query heads' Q, dO (input dtype) and dQ (fp32) rows
             section = l2_section(nheads // nheads_k * seqlen_q * head_dim * (2 * q.element_size() + 4), q.device,
                                  l2_share)
         named = dict(nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
                      total_k=k.shape[0], softmax_scale=opts.softmax_scale, num_tiles=num_tiles, section=section,
-                     sem_tiles=sem_tiles,
                      **opts.kernel_args(), **tuning)
         del named["dropout_p"], named["HAS_DROPOUT"]
-        dq_strides = row_strides(torch.empty(q.shape, device="meta"), opts.varlen)  # the fp32 buffer's
         self.launch = Launch(attention_bwd_sm90_kernel, (max(grid, 1), 1, 1),
-                             (*grads[0], *grads[1], *dq_strides, lse_sb, lse_sh), named, num_warps=4, num_stages=1,
+                             (*grads[0], *grads[1], lse_sb, lse_sh), named, num_warps=4, num_stages=1,
                              options=dict(maxnreg=MAXNREG))
 
     def __call__(self, dout, q, k, v, lse, delta, dq_acc, dk, dv, opts: AttnOptions) -> None:
@@ -705,10 +574,8 @@ class Sm90Backward:
         dq_desc = descriptor(dq_acc, self.dq_block, self.dq_layout, varlen) if self.fused_dq else q_desc
         self.launch(q_desc, descriptor(k, self.kv_block, self.kv_layout, varlen),
                     descriptor(v, self.kv_block, self.kv_layout, varlen),
-                    descriptor(dout, self.q_block, self.q_layout, varlen), dq_desc, lse, delta, dk, dv,
-                    dk if dq_acc is None else dq_acc,
-                    torch.zeros(self.sem_count, dtype=torch.int32, device=q.device) if self.sem_count else dk,
-                    cu_q, cu_k, alibi)
+                    descriptor(dout, self.q_block, self.q_layout, varlen), dq_desc, lse, delta, dk, dv, cu_q, cu_k,
+                    alibi)
 
 
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
@@ -719,9 +586,8 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
     constants.update(flags)
     del constants["PERSISTENT"], constants["L2_SECTIONS"]  # launch-grid choices, not kernel flags
     block_m = constants["BLOCK_M"]
-    types = dict(Lse="*fp32", Delta="*fp32", dK="*DTYPE", dV="*DTYPE", DQacc="*fp32", Sem="*i32",
-                 CuSeqlensQ="*i32", CuSeqlensK="*i32", AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32",
-                 softcap_in2="fp32", softcap_out="fp32")
+    types = dict(Lse="*fp32", Delta="*fp32", dK="*DTYPE", dV="*DTYPE", CuSeqlensQ="*i32", CuSeqlensK="*i32",
+                 AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
     descriptors = dict(q_desc=block_m, k_desc=64, v_desc=64, do_desc=block_m)
     if fused:
         block = dq_block(constants, head_dim)
