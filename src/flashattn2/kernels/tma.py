@@ -2,9 +2,10 @@
 no per-element address arithmetic, and the hardware fills rows past the sequence end and columns past
 the head dim with zeros, so streamed tiles need no bounds masks.
 
-Used for dense (batch, seqlen, heads, head_dim) inputs whose base and strides meet TMA's 16-byte
-alignment; packed variable-length batches keep pointer loads, since a descriptor's bounds cannot end
-at each sequence. The kernels' side, load_tile, is in device/tma.py.
+Used for inputs whose base and strides meet TMA's 16-byte alignment: dense (batch, seqlen, heads, head_dim)
+ones, and (in the portable backward) packed (total, heads, head_dim) ones as one batch entry. A packed
+batch's descriptor ends at the last sequence only, so a tile past a sequence's end reads the next sequence's
+rows: the kernels give those rows probability 0, as they do rows past seqlen. The kernels' side, load_tile, is in device/tma.py.
 """
 
 import torch
@@ -35,5 +36,7 @@ def tma_usable(*tensors: torch.Tensor) -> bool:
 
 def row_tiles(x: torch.Tensor, block_rows: int, block_d: int) -> TensorDescriptor:
     """A descriptor over dense x (batch, seqlen, heads, head_dim) handing out (block_rows, block_d)
-    tiles of one (batch, head)."""
+    tiles of one (batch, head); a packed x (total, heads, head_dim) is one batch entry."""
+    if x.dim() == 3:
+        x = x.unsqueeze(0)
     return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, block_rows, 1, block_d])

@@ -22,7 +22,7 @@ from ..device.block_range import kv_range_for_q_tile, q_range_for_kv_tile
 from ..device.dropout import dropout_keep
 from ..device.scores import alibi_slope_of, masked_scores, score_tail
 from ..device.seqlen_info import ROW_COUNTS, program_problem
-from ..device.tma import load_tile
+from ..device.tma import load_tile, tma_batch
 from ..launch import Launch, PlanCache, align
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
 from ..tma import row_tiles, tma_usable
@@ -61,7 +61,7 @@ def bwd_preprocess_kernel(
 
 
 @triton.jit
-def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base, off_b, off_h,
+def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base, off_b, off_h, tma_row0,
                        stride_qm, stride_dom, stride_dqm, offs_n, offs_d, m_lo, m_hi,
                        seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
                        softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
@@ -71,12 +71,14 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base
                        ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr, TMA_DQ: tl.constexpr,
                        INTERPRET: tl.constexpr):
     """Accumulate dK, dV of one key tile over query tiles [m_lo, m_hi), working on transposed scores
-    (keys x queries) so that P^T and dS^T feed the dV and dK matmuls without a transpose."""
+    (keys x queries) so that P^T and dS^T feed the dV and dK matmuls without a transpose. With USE_TMA, Q and
+    dO tiles come from row tma_row0 + start_m of batch entry off_b (a packed batch: entry 0, its sequence's
+    first row)."""
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(m_lo, m_hi, BLOCK_M):
         offs_m = start_m + offs_m0
-        q = load_tile(q_src, off_b, off_h, start_m, offs_m, seqlen_q, stride_qm, offs_d, HEAD_DIM, BLOCK_D,
-                      BLOCK_M, True, USE_TMA)
+        q = load_tile(q_src, off_b, off_h, tma_row0 + start_m, offs_m, seqlen_q, stride_qm, offs_d, HEAD_DIM,
+                      BLOCK_D, BLOCK_M, True, USE_TMA)
         # rows past seqlen_q load lse = +inf, which makes their probabilities exactly 0
         lse = tl.load(lse_base + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
         sT, scale_log2, tanhT = score_tail(mma(k, tl.trans(q), None, INTERPRET), offs_m[None, :], offs_n[:, None],
@@ -84,8 +86,8 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base
                                            softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
                                            MASKED)
         pT = tl.math.exp2(sT * scale_log2 - lse[None, :])
-        do = load_tile(do_src, off_b, off_h, start_m, offs_m, seqlen_q, stride_dom, offs_d, HEAD_DIM, BLOCK_D,
-                       BLOCK_M, True, USE_TMA)
+        do = load_tile(do_src, off_b, off_h, tma_row0 + start_m, offs_m, seqlen_q, stride_dom, offs_d, HEAD_DIM,
+                       BLOCK_D, BLOCK_M, True, USE_TMA)
         dpT = mma(v, tl.trans(do), None, INTERPRET)
         if HAS_DROPOUT:
             # the same bits as the forward: dV sees the dropped, rescaled P, dP flows back through them
@@ -188,7 +190,8 @@ def attention_bwd_dkdv_kernel(
         for r in tl.static_range(3):
             if r != 2 or HAS_LEFT:
                 dk, dv = _dkdv_from_q_tiles(
-                    dk, dv, k, v, q_src, do_src, dq_dst, Lse + row_off, Delta + row_off, off_b, off_h, stride_qm,
+                    dk, dv, k, v, q_src, do_src, dq_dst, Lse + row_off, Delta + row_off, tma_batch(off_b, IS_VARLEN),
+                    off_h, q_start if IS_VARLEN else 0, stride_qm,
                     stride_dom, stride_dqm, offs_n, offs_d, bounds[r], bounds[r + 1], seqlen_q, seqlen_k, qk_scale,
                     softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx,
                     dropout_p, HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
@@ -205,21 +208,23 @@ def attention_bwd_dkdv_kernel(
 
 
 @triton.jit
-def _dq_from_kv_tiles(dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d,
+def _dq_from_kv_tiles(dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, tma_row0, stride_kn, stride_vn, offs_m,
+                      offs_d,
                       n_lo, n_hi, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
                       softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
                       HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                       HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                       HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                       USE_TMA: tl.constexpr, INTERPRET: tl.constexpr):
-    """Accumulate dQ of one query tile over key tiles [n_lo, n_hi)."""
+    """Accumulate dQ of one query tile over key tiles [n_lo, n_hi) (with USE_TMA from row tma_row0 + start_n of
+    batch entry off_b, as in _dkdv_from_q_tiles)."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(n_lo, n_hi, BLOCK_N):
         offs_n = start_n + offs_n0
-        k = load_tile(k_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_kn, offs_d, HEAD_DIM, BLOCK_D,
-                      BLOCK_N, MASKED, USE_TMA)
-        v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_d, HEAD_DIM, BLOCK_D,
-                      BLOCK_N, MASKED, USE_TMA)
+        k = load_tile(k_src, off_b, off_hk, tma_row0 + start_n, offs_n, seqlen_k, stride_kn, offs_d, HEAD_DIM,
+                      BLOCK_D, BLOCK_N, MASKED, USE_TMA)
+        v = load_tile(v_src, off_b, off_hk, tma_row0 + start_n, offs_n, seqlen_k, stride_vn, offs_d, HEAD_DIM,
+                      BLOCK_D, BLOCK_N, MASKED, USE_TMA)
         s, scale_log2, tanh_s = masked_scores(
             q, k, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
             softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, INTERPRET)
@@ -297,7 +302,8 @@ def attention_bwd_dq_kernel(
     for r in tl.static_range(3):
         if r != 0 or HAS_LEFT:
             dq = _dq_from_kv_tiles(
-                dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, bounds[r],
+                dq, q, do, lse, delta, k_src, v_src, tma_batch(off_b, IS_VARLEN), off_hk, k_start if IS_VARLEN else 0,
+                stride_kn, stride_vn, offs_m, offs_d, bounds[r],
                 bounds[r + 1], seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
                 alibi_slope, seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                 HAS_ALIBI, HAS_DROPOUT, r != 1, USE_TMA, INTERPRET)
@@ -328,9 +334,12 @@ class BackwardPlan:
         lse_sb, lse_sh = lse_strides(lse, varlen)
         total_q, total_k = q.shape[0], k.shape[0]
         self.device, self.lse_shape = q.device, lse.shape
-        use_tma = cfg.use_tma and not varlen and tma_usable(q, k, v, dout)
-        # the interpreter has no bulk reduce-add, so it keeps element atomics
-        tma_dq = use_tma and atomic_dq and not INTERPRET
+        # a packed batch reads through (1, total, heads, head_dim) descriptors: rows past a sequence's end are
+        # the next sequence's, which the kernels treat as they treat rows past seqlen (probabilities 0)
+        use_tma = cfg.use_tma and tma_usable(q, k, v, dout)
+        # the interpreter has no bulk reduce-add, so it keeps element atomics; the reduce-add's tiles need rows
+        # that end at the sequence's end
+        tma_dq = use_tma and atomic_dq and not INTERPRET and not varlen
         self.q_tiles = (cfg.block_m, block_d) if use_tma else None
         self.kv_tiles = (cfg.dq_block_n, block_d) if use_tma else None
         self.dq_tiles = (cfg.block_m, block_d) if tma_dq else None
