@@ -5,7 +5,8 @@ the head dim with zeros, so streamed tiles need no bounds masks.
 Used for inputs whose base and strides meet TMA's 16-byte alignment: dense (batch, seqlen, heads, head_dim)
 ones, and (in the portable backward) packed (total, heads, head_dim) ones as one batch entry. A packed
 batch's descriptor ends at the last sequence only, so a tile past a sequence's end reads the next sequence's
-rows: the kernels give those rows probability 0, as they do rows past seqlen. The kernels' side, load_tile, is in device/tma.py.
+rows: the kernels give those rows probability 0, as they do rows past seqlen. The kernels' side, load_tile,
+is in device/tma.py.
 """
 
 import torch
