@@ -27,8 +27,19 @@ from ..device.seqlen_info import ROW_COUNTS
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
-from .common import WG_M, WorkGrid, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
+from .common import (
+    _SCALAR,
+    WG_M,
+    WorkGrid,
+    _value,
+    compile_gluon,
+    descriptor,
+    p_layout,
+    sm90_declines,
+    wgmma_layout,
+)
 from .gluon_api import (
+    aggregate,
     fence_async_shared,
     gl,
     gluon,
@@ -63,6 +74,68 @@ MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(240)
 
 
+@aggregate
+class BwdSmem:
+    """A program's shared memory, as one argument of its partitions: the work item's K and V halves, the ring
+    of (Q, dO, lse, Delta) stages, P and dS (SPLIT_D) or the dSᵀ halves of both warpgroups (fused dQ), the dQ
+    blocks staged for their reduce-adds; and the barriers (kv_bar / kv_empty: K and V loaded / free; q_ready,
+    do_ready, empty: a stage's Q, its dO with lse and Delta, its release; p_ready, ds_ready: both halves of P, dS
+    stored). A kernel without a buffer passes another in its place, unused."""
+    k: gl.shared_memory_descriptor
+    v: gl.shared_memory_descriptor
+    q: gl.shared_memory_descriptor
+    do: gl.shared_memory_descriptor
+    p: gl.shared_memory_descriptor
+    ds: gl.shared_memory_descriptor
+    dq: gl.shared_memory_descriptor
+    lse: gl.shared_memory_descriptor
+    delta: gl.shared_memory_descriptor
+    kv_bar: gl.shared_memory_descriptor
+    kv_empty: gl.shared_memory_descriptor
+    q_ready: gl.shared_memory_descriptor
+    do_ready: gl.shared_memory_descriptor
+    empty: gl.shared_memory_descriptor
+    p_ready: gl.shared_memory_descriptor
+    ds_ready: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, k, v, q, do, p, ds, dq, lse, delta, kv_bar, kv_empty, q_ready, do_ready, empty, p_ready,
+                 ds_ready):
+        self.k = k
+        self.v = v
+        self.q = q
+        self.do = do
+        self.p = p
+        self.ds = ds
+        self.dq = dq
+        self.lse = lse
+        self.delta = delta
+        self.kv_bar = kv_bar
+        self.kv_empty = kv_empty
+        self.q_ready = q_ready
+        self.do_ready = do_ready
+        self.empty = empty
+        self.p_ready = p_ready
+        self.ds_ready = ds_ready
+
+
+@aggregate
+class Scores:
+    """The launch's scalars of the score tail and of the gradients: log2-scaled softmax scale, softmax scale,
+    softcap's inner and outer factors."""
+    qk_scale: _SCALAR
+    softmax_scale: _SCALAR
+    softcap_in2: _SCALAR
+    softcap_out: _SCALAR
+
+    @gluon.constexpr_function
+    def __init__(self, qk_scale, softmax_scale, softcap_in2, softcap_out):
+        self.qk_scale = _value(qk_scale)
+        self.softmax_scale = _value(softmax_scale)
+        self.softcap_in2 = _value(softcap_in2)
+        self.softcap_out = _value(softcap_out)
+
+
 @gluon.jit
 def _work_item(tile, grid: WorkGrid, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr,
                HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
@@ -77,8 +150,7 @@ def _work_item(tile, grid: WorkGrid, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexp
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
-              kv_empty, q_ready, do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, grid: WorkGrid,
+def _producer(q_desc, k_desc, v_desc, do_desc, sm: BwdSmem, Lse, Delta, stride_lse_b, stride_lse_h, grid: WorkGrid,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
     KV_TILES: gl.constexpr = BLOCK_N // WG_M
@@ -91,49 +163,49 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, 
         if start_n < n_keys:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
             # the consumers free K and V after their last matmul of the previous work item
-            mbarrier.wait(kv_empty, (done & 1) ^ 1)
-            mbarrier.expect(kv_bar, KV_TILES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+            mbarrier.wait(sm.kv_empty, (done & 1) ^ 1)
+            mbarrier.expect(sm.kv_bar, KV_TILES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
             for t in gl.static_range(KV_TILES):
-                tma_load(k_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, 0], kv_bar, k_smem.index(t))
-                tma_load(v_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, 0], kv_bar, v_smem.index(t))
+                tma_load(k_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, 0], sm.kv_bar, sm.k.index(t))
+                tma_load(v_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, 0], sm.kv_bar, sm.v.index(t))
             for g in range(0, grid.group):
                 off_h = off_hk * grid.group + g
                 row_off = off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_row0
                 for start_m in range(m_lo, m_hi, BLOCK_M):
                     stage = it % STAGES
-                    mbarrier.wait(empty.index(stage), ((it // STAGES) & 1) ^ 1)
-                    mbarrier.expect(q_ready.index(stage), q_desc.block_type.nbytes)
-                    tma_load(q_desc, [tma_b, q_row0 + start_m, off_h, 0], q_ready.index(stage), q_smem.index(stage))
-                    mbarrier.expect(do_ready.index(stage), do_desc.block_type.nbytes)
-                    tma_load(do_desc, [tma_b, q_row0 + start_m, off_h, 0], do_ready.index(stage),
-                             do_smem.index(stage))
+                    mbarrier.wait(sm.empty.index(stage), ((it // STAGES) & 1) ^ 1)
+                    mbarrier.expect(sm.q_ready.index(stage), q_desc.block_type.nbytes)
+                    tma_load(q_desc, [tma_b, q_row0 + start_m, off_h, 0], sm.q_ready.index(stage), sm.q.index(stage))
+                    mbarrier.expect(sm.do_ready.index(stage), do_desc.block_type.nbytes)
+                    tma_load(do_desc, [tma_b, q_row0 + start_m, off_h, 0], sm.do_ready.index(stage),
+                             sm.do.index(stage))
                     # the tile's rows of lse (log2 units) and Delta, staged here so that the consumers never wait
                     # on global loads; rows past seqlen_q read lse = +inf, which makes their probabilities exactly 0
                     offs = start_m + gl.arange(0, BLOCK_M, layout=flat)
                     lse = gl.load(Lse + row_off + offs, mask=offs < n_rows, other=float("inf"))
                     delta = gl.load(Delta + row_off + offs, mask=offs < n_rows, other=0.0)
-                    lse_smem.index(stage).store(lse * LOG2E)
-                    delta_smem.index(stage).store(delta)
-                    mbarrier.arrive(do_ready.index(stage), count=1)
+                    sm.lse.index(stage).store(lse * LOG2E)
+                    sm.delta.index(stage).store(delta)
+                    mbarrier.arrive(sm.do_ready.index(stage), count=1)
                     it += 1
             done += 1
 
 
 @gluon.jit
-def _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG: gl.constexpr, ROW0: gl.constexpr,
+def _dq_add(dq, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores, WG: gl.constexpr, ROW0: gl.constexpr,
             COL0: gl.constexpr):
     """Add softmax_scale * dq, this warpgroup's block of a query tile's dQ (rows ROW0.. and columns COL0.. of
     the tile at dq_row), into the fp32 dQ buffer: staged in shared memory for one bulk (TMA) reduce-add."""
     # the reduce-add of the last tile must have read the buffer before it is written again
     tma_store_wait(0)
-    dq_smem.index(WG).store(dq * softmax_scale)
+    sm.dq.index(WG).store(dq * sc.softmax_scale)
     fence_async_shared()
     tma_reduce_add(dq_desc, [tma_b, dq_row + ROW0, dq_head, COL0],
-                   dq_smem.index(WG).reshape([1, dq.shape[0], 1, dq.shape[1]]))
+                   sm.dq.index(WG).reshape([1, dq.shape[0], 1, dq.shape[1]]))
 
 
 @gluon.jit
-def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_row, dq_head, softmax_scale,
+def _dq_tile(it, dst16, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores,
              WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, DQ_ROWS: gl.constexpr):
     """This warpgroup's block of dQ for one query tile, dS K over both key halves: half of the columns, or
     (DQ_ROWS, 128-row tiles) half of the rows with every column, which reads a third less shared memory (N =
@@ -142,16 +214,16 @@ def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_r
     which comes after that one's dQ matmul of step it retired."""
     dyn = it >> 30  # as in _step_cols: no hoisted (spilled) wgmma descriptors
     buf = it % 2 + dyn
-    ds_smem.index(2 * buf + WG).store(dst16)
+    sm.ds.index(2 * buf + WG).store(dst16)
     fence_async_shared()
-    mbarrier.arrive(ds_ready.index(buf), count=1)
-    mbarrier.wait(ds_ready.index(buf), (it // 2) & 1)
+    mbarrier.arrive(sm.ds_ready.index(buf), count=1)
+    mbarrier.wait(sm.ds_ready.index(buf), (it // 2) & 1)
     DQ_M: gl.constexpr = BLOCK_M // 2 if DQ_ROWS else BLOCK_M
     DQ_N: gl.constexpr = BLOCK_D if DQ_ROWS else BLOCK_D // 2
     dq = gl.zeros([DQ_M, DQ_N], gl.float32, wgmma_layout(DQ_N))
     for h in gl.static_range(2):
-        ds_half = ds_smem.index(2 * buf + h)  # [keys, queries]
-        k_half = k_smem.index(h + dyn).reshape([WG_M, BLOCK_D])
+        ds_half = sm.ds.index(2 * buf + h)  # [keys, queries]
+        k_half = sm.k.index(h + dyn).reshape([WG_M, BLOCK_D])
         if DQ_ROWS:
             ds_half = ds_half.slice(WG * DQ_M, DQ_M, dim=1)
         else:
@@ -159,43 +231,41 @@ def _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_r
         dq = warpgroup_mma(ds_half.permute([1, 0]), k_half, dq, use_acc=h > 0, is_async=True)
     dq = warpgroup_mma_wait(0, deps=[dq])
     if DQ_ROWS:
-        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG, WG * DQ_M, 0)
+        _dq_add(dq, sm, dq_desc, tma_b, dq_row, dq_head, sc, WG, WG * DQ_M, 0)
     else:
-        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row, dq_head, softmax_scale, WG, 0, WG * DQ_N)
+        _dq_add(dq, sm, dq_desc, tma_b, dq_row, dq_head, sc, WG, 0, WG * DQ_N)
 
 
 @gluon.jit
-def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem, q_ready,
-          do_ready, empty, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k, qk_scale,
-          softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
-          BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
-          FUSED_DQ: gl.constexpr, DQ_ROWS: gl.constexpr):
+def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
+          window_left, window_right, alibi_slope, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
+          STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+          HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, DQ_ROWS: gl.constexpr):
     """One (Q, dO) tile into this warpgroup's dK, dV (and its columns of dQ): the contract of
     portable.backward._dkdv_from_q_tiles."""
     s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
     dyn = it >> 30  # as in _step_cols: no hoisted (spilled) wgmma descriptors
     stage = it % STAGES + dyn
     phase = (it // STAGES) & 1
-    k_tile = k_smem.index(WG + dyn).reshape([WG_M, BLOCK_D])
-    v_tile = v_smem.index(WG + dyn).reshape([WG_M, BLOCK_D])
-    q_tile = q_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
-    do_tile = do_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
-    mbarrier.wait(q_ready.index(stage), phase)
+    k_tile = sm.k.index(WG + dyn).reshape([WG_M, BLOCK_D])
+    v_tile = sm.v.index(WG + dyn).reshape([WG_M, BLOCK_D])
+    q_tile = sm.q.index(stage).reshape([BLOCK_M, BLOCK_D])
+    do_tile = sm.do.index(stage).reshape([BLOCK_M, BLOCK_D])
+    mbarrier.wait(sm.q_ready.index(stage), phase)
     st_tok = warpgroup_mma(k_tile, q_tile.permute([1, 0]), gl.zeros([WG_M, BLOCK_M], gl.float32, s_layout),
                            use_acc=False, is_async=True)
-    mbarrier.wait(do_ready.index(stage), phase)
+    mbarrier.wait(sm.do_ready.index(stage), phase)
     dpt_tok = warpgroup_mma(v_tile, do_tile.permute([1, 0]), gl.zeros([WG_M, BLOCK_M], gl.float32, s_layout),
                             use_acc=False, is_async=True)
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
-    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
-                                       window_left, window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT,
+    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
                                        HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, MASK_REL=True)
     # read from shared memory here, where it is used: loaded earlier it was spilled across the mask arithmetic
-    lse = lse_smem.index(stage).load(gl.SliceLayout(0, s_layout))
+    lse = sm.lse.index(stage).load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st * scale_log2 - lse[None, :])
-    delta = delta_smem.index(stage).load(gl.SliceLayout(0, s_layout))
+    delta = sm.delta.index(stage).load(gl.SliceLayout(0, s_layout))
     if FUSED_DQ:
         # dS before the dV matmul is issued: P's operand copy is not live beside P, dPᵀ and dK, dV (issuing
         # dV first measured 2-14% slower on the H100, benchmarks/NOTES.md)
@@ -213,20 +283,18 @@ def _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem
     dst_op = gl.convert_layout(dst16, p_layout(BLOCK_D))
     dk_tok = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
     if FUSED_DQ:
-        _dq_tile(it, dst16, k_smem, ds_smem, dq_smem, ds_ready, dq_desc, tma_b, dq_row0 + start_m, off_h,
-                 softmax_scale, WG, BLOCK_M, BLOCK_D, DQ_ROWS)
+        _dq_tile(it, dst16, sm, dq_desc, tma_b, dq_row0 + start_m, off_h,
+                 sc, WG, BLOCK_M, BLOCK_D, DQ_ROWS)
     dv, dk, pt_op, dst_op = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, pt_op, dst_op])
-    mbarrier.arrive(empty.index(stage), count=1)
+    mbarrier.arrive(sm.empty.index(stage), count=1)
     return dk, dv
 
 
 @gluon.jit
-def _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
-               q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-               qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-               WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-               MASKED: gl.constexpr, FUSED_DQ: gl.constexpr):
+def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
+               window_left, window_right, alibi_slope, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
+               STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+               HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr):
     """_step for wide heads (SPLIT_D): both warpgroups share the program's 64 keys; each computes Pᵀ and dSᵀ
     for half of the tile's query rows, puts them in shared memory (buffer it % 2, count-2 p_ready and
     ds_ready barriers: the reuse argument of _dq_tile), and then its half of the head dim's columns of dV,
@@ -241,84 +309,77 @@ def _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_
     phase = (it // STAGES) & 1
     buf = it % 2 + dyn
     buf_phase = (it // 2) & 1
-    k_tile = k_smem.index(dyn).reshape([WG_M, BLOCK_D])
-    v_tile = v_smem.index(dyn).reshape([WG_M, BLOCK_D])
-    q_tile = q_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
-    do_tile = do_smem.index(stage).reshape([BLOCK_M, BLOCK_D])
-    mbarrier.wait(q_ready.index(stage), phase)
+    k_tile = sm.k.index(dyn).reshape([WG_M, BLOCK_D])
+    v_tile = sm.v.index(dyn).reshape([WG_M, BLOCK_D])
+    q_tile = sm.q.index(stage).reshape([BLOCK_M, BLOCK_D])
+    do_tile = sm.do.index(stage).reshape([BLOCK_M, BLOCK_D])
+    mbarrier.wait(sm.q_ready.index(stage), phase)
     st_tok = warpgroup_mma(k_tile, q_tile.slice(WG * HALF_M, HALF_M, dim=0).permute([1, 0]),
                            gl.zeros([WG_M, HALF_M], gl.float32, s_layout), use_acc=False, is_async=True)
-    mbarrier.wait(do_ready.index(stage), phase)
+    mbarrier.wait(sm.do_ready.index(stage), phase)
     dpt_tok = warpgroup_mma(v_tile, do_tile.slice(WG * HALF_M, HALF_M, dim=0).permute([1, 0]),
                             gl.zeros([WG_M, HALF_M], gl.float32, s_layout), use_acc=False, is_async=True)
     offs_m = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
-    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, qk_scale,
-                                       window_left, window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT,
+    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
                                        HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, MASK_REL=True)
-    lse = lse_smem.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
+    lse = sm.lse.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st * scale_log2 - lse[None, :])
     # P and dS are kept query-major ([queries, keys]): each warpgroup's rows are a whole-swizzle slice
-    p_smem.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(pt.to(q_tile.dtype), [1, 0]))
+    sm.p.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(pt.to(q_tile.dtype), [1, 0]))
     fence_async_shared()
-    mbarrier.arrive(p_ready.index(buf), count=1)
-    delta = delta_smem.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
+    mbarrier.arrive(sm.p_ready.index(buf), count=1)
+    delta = sm.delta.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
     dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
     dst = pt * (dpt - delta[None, :])
     if HAS_SOFTCAP:
         dst = dst * (1.0 - tanht * tanht)
-    ds_smem.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(dst.to(q_tile.dtype), [1, 0]))
+    sm.ds.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(dst.to(q_tile.dtype), [1, 0]))
     fence_async_shared()
-    mbarrier.arrive(ds_ready.index(buf), count=1)
-    mbarrier.wait(p_ready.index(buf), buf_phase)
-    dv_tok = warpgroup_mma(p_smem.index(buf).permute([1, 0]), do_tile.slice(WG * COLS, COLS, dim=1), dv,
+    mbarrier.arrive(sm.ds_ready.index(buf), count=1)
+    mbarrier.wait(sm.p_ready.index(buf), buf_phase)
+    dv_tok = warpgroup_mma(sm.p.index(buf).permute([1, 0]), do_tile.slice(WG * COLS, COLS, dim=1), dv,
                            is_async=True)
-    mbarrier.wait(ds_ready.index(buf), buf_phase)
-    dk_tok = warpgroup_mma(ds_smem.index(buf).permute([1, 0]), q_tile.slice(WG * COLS, COLS, dim=1), dk,
+    mbarrier.wait(sm.ds_ready.index(buf), buf_phase)
+    dk_tok = warpgroup_mma(sm.ds.index(buf).permute([1, 0]), q_tile.slice(WG * COLS, COLS, dim=1), dk,
                            is_async=True)
     if FUSED_DQ:
-        dq_tok = warpgroup_mma(ds_smem.index(buf), k_tile.slice(WG * COLS, COLS, dim=1),
+        dq_tok = warpgroup_mma(sm.ds.index(buf), k_tile.slice(WG * COLS, COLS, dim=1),
                                gl.zeros([BLOCK_M, COLS], gl.float32, wgmma_layout(COLS)), use_acc=False,
                                is_async=True)
         dv, dk, dq = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok, dq_tok])
-        mbarrier.arrive(empty.index(stage), count=1)
-        _dq_add(dq, dq_smem, dq_desc, tma_b, dq_row0 + start_m, off_h, softmax_scale, WG, 0, WG * COLS)
+        mbarrier.arrive(sm.empty.index(stage), count=1)
+        _dq_add(dq, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, WG, 0, WG * COLS)
     else:
         dv, dk = warpgroup_mma_wait(0, deps=[dv_tok, dk_tok])
-        mbarrier.arrive(empty.index(stage), count=1)
+        mbarrier.arrive(sm.empty.index(stage), count=1)
     return dk, dv
 
 
 @gluon.jit
-def _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
-          q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-          qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
-          BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
-          FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr):
+def _tile(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
+          window_left, window_right, alibi_slope, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
+          STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+          HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr,
+          DQ_ROWS: gl.constexpr):
     if SPLIT_D:
-        dk, dv = _step_cols(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem,
-                            delta_smem, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, tma_b, dq_row0, off_h,
-                            offs_n, seqlen_q, seqlen_k, qk_scale, softmax_scale, window_left, window_right,
-                            softcap_in2, softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+        dk, dv = _step_cols(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
+                            window_left, window_right, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
                             HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
     else:
-        dk, dv = _step(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, ds_smem, dq_smem, lse_smem, delta_smem,
-                       q_ready, do_ready, empty, ds_ready, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-                       qk_scale, softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG,
-                       BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ,
-                       DQ_ROWS)
+        dk, dv = _step(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
+                       window_left, window_right, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+                       HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ, DQ_ROWS)
     return dk, dv
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem,
-              kv_bar, kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
-              stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid: WorkGrid, qk_scale,
-              softmax_scale, softcap_in2, softcap_out, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-              BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-              IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
-              SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr):
+def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
+              stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+              HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+              FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr):
     # this warpgroup's block of dK and dV: 64 keys of the program's 128 with the whole head dim, or (SPLIT_D)
     # the program's 64 keys with half the head dim's columns
     if SPLIT_D:
@@ -343,7 +404,7 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
             offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
             dk = gl.zeros([WG_M, COLS], gl.float32, o_layout)
             dv = gl.zeros([WG_M, COLS], gl.float32, o_layout)
-            mbarrier.wait(kv_bar, done & 1)
+            mbarrier.wait(sm.kv_bar, done & 1)
             for g in range(0, grid.group):
                 off_h = off_hk * grid.group + g
                 alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
@@ -352,18 +413,16 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
                 bounds = (m_lo, m_full_lo, m_full_hi, m_hi)
                 for r in gl.static_range(3):
                     for start_m in range(bounds[r], bounds[r + 1], BLOCK_M):
-                        dk, dv = _tile(it, start_m, dk, dv, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
-                                       dq_smem, lse_smem, delta_smem, q_ready, do_ready, empty, p_ready, ds_ready,
-                                       dq_desc, tma_b, q_start, off_h, offs_n, n_rows, n_keys, qk_scale,
-                                       softmax_scale, grid.window_left, grid.window_right, softcap_in2,
-                                       softcap_out, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                                       HAS_SOFTCAP, HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D, DQ_ROWS)
+                        dk, dv = _tile(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, q_start, off_h, offs_n, n_rows,
+                                       n_keys, grid.window_left, grid.window_right, alibi_slope, WG, BLOCK_M, BLOCK_D,
+                                       STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D,
+                                       DQ_ROWS)
                         it += 1
             # every matmul of this warpgroup that read K or V has retired (each step waits for its own): the
             # producer may load the next work item's while this one's dK and dV go out
-            mbarrier.arrive(kv_empty, count=1)
+            mbarrier.arrive(sm.kv_empty, count=1)
             # dK = scale * dSᵀ Q: the softmax scale is applied once, here
-            dk_out = (dk * softmax_scale).to(dK.dtype.element_ty)
+            dk_out = (dk * sc.softmax_scale).to(dK.dtype.element_ty)
             dv_out = dv.to(dV.dtype.element_ty)
             if COALESCED_DKV:
                 # through shared memory into 16-byte row pieces: the accumulator layout's 4-byte pieces
@@ -386,7 +445,7 @@ def _consumer(WG: gl.constexpr, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem
             gl.store(dv_ptrs, dv_out, mask=mask)
             done += 1
     if FUSED_DQ:
-        tma_store_wait(0)  # the last reduce-add reads dq_smem until it completes
+        tma_store_wait(0)  # the last reduce-add reads sm.dq until it completes
 
 
 @gluon.jit(do_not_specialize=ROW_COUNTS)
@@ -457,19 +516,17 @@ def attention_bwd_sm90_kernel(
         mbarrier.init(ds_ready.index(i), count=2)
         mbarrier.init(p_ready.index(i), count=2)
 
+    sm = BwdSmem(k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar, kv_empty,
+                 q_ready, do_ready, empty, p_ready, ds_ready)
+    sc = Scores(qk_scale, softmax_scale, softcap_in2, softcap_out)
     gl.warp_specialize([
-        (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, lse_smem, delta_smem, kv_bar,
-                     kv_empty, q_ready, do_ready, empty, Lse, Delta, stride_lse_b, stride_lse_h, grid, BLOCK_M,
+        (_producer, (q_desc, k_desc, v_desc, do_desc, sm, Lse, Delta, stride_lse_b, stride_lse_h, grid, BLOCK_M,
                      BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN)),
-        (_consumer, (0, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
-                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
-                     stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid, qk_scale,
-                     softmax_scale, softcap_in2, softcap_out, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+        (_consumer, (0, sm, sc, grid, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb,
+                     stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
                      IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
-        (_consumer, (1, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar,
-                     kv_empty, q_ready, do_ready, empty, p_ready, ds_ready, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
-                     stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, grid, qk_scale,
-                     softmax_scale, softcap_in2, softcap_out, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
+        (_consumer, (1, sm, sc, grid, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb,
+                     stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
                      IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
