@@ -38,6 +38,7 @@ from ..portable.v_layout import RELABEL_KEYS, v_keys_last
 from .common import WG_M, WorkGrid, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
 from .gluon_api import (
     TensorDescriptor,
+    aggregate,
     fence_async_shared,
     gl,
     gluon,
@@ -105,6 +106,35 @@ def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
     return {**CONFIGS_FP8[head_dim], **causal}
 
 
+@aggregate
+class FwdSmem:
+    """A program's shared memory, as one argument of its partitions: the two consumers' Q halves (each also
+    stages its O for the TMA store), the ring of K and V stages; and the barriers (q_bar / q_empty: Q loaded /
+    free; k_ready, v_ready: a stage's K, its V; kv_empty: a stage's K, then its V, released by both consumers;
+    turn: the ping-pong between the consumers). P's buffers (FP8) are each consumer's own."""
+    q: gl.shared_memory_descriptor
+    k: gl.shared_memory_descriptor
+    v: gl.shared_memory_descriptor
+    q_bar: gl.shared_memory_descriptor
+    q_empty: gl.shared_memory_descriptor
+    k_ready: gl.shared_memory_descriptor
+    v_ready: gl.shared_memory_descriptor
+    kv_empty: gl.shared_memory_descriptor
+    turn: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, q, k, v, q_bar, q_empty, k_ready, v_ready, kv_empty, turn):
+        self.q = q
+        self.k = k
+        self.v = v
+        self.q_bar = q_bar
+        self.q_empty = q_empty
+        self.k_ready = k_ready
+        self.v_ready = v_ready
+        self.kv_empty = kv_empty
+        self.turn = turn
+
+
 @gluon.jit
 def _tile(tile, grid: WorkGrid, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
           IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr):
@@ -119,9 +149,9 @@ def _tile(tile, grid: WorkGrid, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, H
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-              grid: WorkGrid, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-              HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr, IS_FP8: gl.constexpr):
+def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr,
+              IS_FP8: gl.constexpr):
     it = 0  # K/V ring slot, counted across work items
     done = 0  # work items finished, for the Q barriers' phases
     for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
@@ -131,25 +161,25 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_
             tma_b = tma_batch(off_b, IS_VARLEN)
             off_hk = off_h // grid.group
             # the consumers free the Q stage (it also stages their O) when their output is out
-            mbarrier.wait(q_empty, (done & 1) ^ 1)
-            mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-            tma_load(q_desc, [tma_b, q_start + start_m, off_h, 0], q_bar, q_smem.index(0))
-            tma_load(q_desc, [tma_b, q_start + start_m + WG_M, off_h, 0], q_bar, q_smem.index(1))
+            mbarrier.wait(sm.q_empty, (done & 1) ^ 1)
+            mbarrier.expect(sm.q_bar, 2 * q_desc.block_type.nbytes)
+            tma_load(q_desc, [tma_b, q_start + start_m, off_h, 0], sm.q_bar, sm.q.index(0))
+            tma_load(q_desc, [tma_b, q_start + start_m + WG_M, off_h, 0], sm.q_bar, sm.q.index(1))
             for start_n in range(n_lo, n_hi, BLOCK_N):
                 stage = it % STAGES
                 # a fresh barrier counts as having completed the phase before 0: the first pass does not wait
                 phase = ((it // STAGES) & 1) ^ 1
-                mbarrier.wait(kv_empty.index(stage), phase)
-                mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-                tma_load(k_desc, [tma_b, k_start + start_n, off_hk, 0], k_ready.index(stage), k_smem.index(stage))
-                mbarrier.wait(kv_empty.index(STAGES + stage), phase)
-                mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+                mbarrier.wait(sm.kv_empty.index(stage), phase)
+                mbarrier.expect(sm.k_ready.index(stage), k_desc.block_type.nbytes)
+                tma_load(k_desc, [tma_b, k_start + start_n, off_hk, 0], sm.k_ready.index(stage), sm.k.index(stage))
+                mbarrier.wait(sm.kv_empty.index(STAGES + stage), phase)
+                mbarrier.expect(sm.v_ready.index(stage), v_desc.block_type.nbytes)
                 if IS_FP8:  # V stored (batch, heads, head_dim, keys): a (head_dim, BLOCK_N) tile
-                    tma_load(v_desc, [tma_b, off_hk, 0, k_start + start_n], v_ready.index(stage),
-                             v_smem.index(stage))
+                    tma_load(v_desc, [tma_b, off_hk, 0, k_start + start_n], sm.v_ready.index(stage),
+                             sm.v.index(stage))
                 else:
-                    tma_load(v_desc, [tma_b, k_start + start_n, off_hk, 0], v_ready.index(stage),
-                             v_smem.index(stage))
+                    tma_load(v_desc, [tma_b, k_start + start_n, off_hk, 0], sm.v_ready.index(stage),
+                             sm.v.index(stage))
                 it += 1
             done += 1
 
@@ -242,42 +272,42 @@ def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
-def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn,
-          offs_m, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-          WG: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr,
-          MASKED: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
+def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm: FwdSmem, p_smem, offs_m, seqlen_q, seqlen_k, qk_scale,
+          window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr, BLOCK_N: gl.constexpr,
+          BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+          HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr, MASKED: gl.constexpr,
+          IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
     """Key tile `it` (at start_n): S_it = Q K_itᵀ and O += P_{it-1} V_{it-1} in flight together, the
     softmax of S_it under the PV matmul, then O rescaled and stage it-1 handed back."""
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N, q_tile.dtype.primitive_bitwidth)
     stage = it % STAGES
     prev = (it - 1) % STAGES
-    mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
-    mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
-    _take_turn(turn, turns, WG, PINGPONG)
-    k_t = k_smem.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
+    mbarrier.wait(sm.k_ready.index(stage), (it // STAGES) & 1)
+    mbarrier.wait(sm.v_ready.index(prev), ((it - 1) // STAGES) & 1)
+    _take_turn(sm.turn, turns, WG, PINGPONG)
+    k_t = sm.k.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
     s_tok = warpgroup_mma(q_tile, k_t, gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
                           is_async=True)
-    o_tok = _issue_pv(p, p_smem, it - 1, v_smem, acc, BLOCK_N, BLOCK_D, STAGES, IS_FP8)
-    _pass_turn(turn, WG, PINGPONG)
+    o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, BLOCK_N, BLOCK_D, STAGES, IS_FP8)
+    _pass_turn(sm.turn, WG, PINGPONG)
     s = warpgroup_mma_wait(1, deps=[s_tok])
-    mbarrier.arrive(kv_empty.index(stage), count=1)
+    mbarrier.arrive(sm.kv_empty.index(stage), count=1)
     p_next, alpha, m_i, l_i = _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left,
                                      window_right, softcap_in2, softcap_out, alibi_slope, q_tile.dtype, BLOCK_N,
                                      BLOCK_D, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, IS_FP8, P_SHIFT)
     p_next = _keep_p(p_next, p_smem, it, IS_FP8)
     acc, p = _wait_pv(o_tok, p, IS_FP8)
-    mbarrier.arrive(kv_empty.index(STAGES + prev), count=1)
+    mbarrier.arrive(sm.kv_empty.index(STAGES + prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
     return acc, m_i, l_i, p_next
 
 
 @gluon.jit
-def _attend(q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it, turns, offs_m, seqlen_q, seqlen_k,
-            n_lo, n_full_lo, n_full_hi, n_hi, qk_scale, window_left, window_right, softcap_in2, softcap_out,
-            alibi_slope, WG: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-            HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-            PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
+def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi,
+            qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
+            BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+            HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr,
+            IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
     """One consumer's 64 rows of a work item over key tiles [n_lo, n_hi): (acc, m_i, l_i, it, turns).
     `it` (the ring slot) and `turns` (ping-pong turns taken) run on across work items."""
     bits: gl.constexpr = q_tile.dtype.primitive_bitwidth
@@ -288,14 +318,14 @@ def _attend(q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it
     if n_hi > n_lo:
         # the first tile alone: its S has no PV to overlap with (masked: it may be cut by anything)
         stage = it % STAGES
-        mbarrier.wait(k_ready.index(stage), (it // STAGES) & 1)
-        _take_turn(turn, turns, WG, PINGPONG)
-        k_t = k_smem.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
+        mbarrier.wait(sm.k_ready.index(stage), (it // STAGES) & 1)
+        _take_turn(sm.turn, turns, WG, PINGPONG)
+        k_t = sm.k.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
         s_tok = warpgroup_mma(q_tile, k_t, gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
                               is_async=True)
-        _pass_turn(turn, WG, PINGPONG)
+        _pass_turn(sm.turn, WG, PINGPONG)
         s = warpgroup_mma_wait(0, deps=[s_tok])
-        mbarrier.arrive(kv_empty.index(stage), count=1)
+        mbarrier.arrive(sm.kv_empty.index(stage), count=1)
         p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
                                 softcap_in2, softcap_out, alibi_slope, q_tile.dtype, BLOCK_N, BLOCK_D, HAS_LEFT,
                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, IS_FP8, P_SHIFT)
@@ -307,55 +337,52 @@ def _attend(q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it
         full_hi = gl.maximum(n_full_hi, first)
         if HAS_LEFT:  # tiles cut by the window's left edge
             for start_n in range(first, full_lo, BLOCK_N):
-                acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, p_smem, k_ready,
-                                         v_ready, kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left,
-                                         window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D,
-                                         STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, True, IS_FP8,
-                                         P_SHIFT)
+                acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm, p_smem, offs_m, seqlen_q,
+                                         seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+                                         alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                                         HAS_ALIBI, PINGPONG, True, IS_FP8, P_SHIFT)
                 it += 1
                 turns += 1
         for start_n in range(full_lo, full_hi, BLOCK_N):  # tiles every row sees whole
-            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, p_smem, k_ready,
-                                     v_ready, kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left,
-                                     window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES,
-                                     HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, False, IS_FP8, P_SHIFT)
+            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm, p_smem, offs_m, seqlen_q,
+                                     seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+                                     alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                                     HAS_ALIBI, PINGPONG, False, IS_FP8, P_SHIFT)
             it += 1
             turns += 1
         for start_n in range(full_hi, n_hi, BLOCK_N):  # the diagonal, the window's right edge, the keys' end
-            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, k_smem, v_smem, p_smem, k_ready,
-                                     v_ready, kv_empty, turn, offs_m, seqlen_q, seqlen_k, qk_scale, window_left,
-                                     window_right, softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES,
-                                     HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, True, IS_FP8, P_SHIFT)
+            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm, p_smem, offs_m, seqlen_q,
+                                     seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
+                                     alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                                     HAS_ALIBI, PINGPONG, True, IS_FP8, P_SHIFT)
             it += 1
             turns += 1
         # the last PV
         prev = (it - 1) % STAGES
-        mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
-        _take_turn(turn, turns, WG, PINGPONG)
-        o_tok = _issue_pv(p, p_smem, it - 1, v_smem, acc, BLOCK_N, BLOCK_D, STAGES, IS_FP8)
-        _pass_turn(turn, WG, PINGPONG)
+        mbarrier.wait(sm.v_ready.index(prev), ((it - 1) // STAGES) & 1)
+        _take_turn(sm.turn, turns, WG, PINGPONG)
+        o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, BLOCK_N, BLOCK_D, STAGES, IS_FP8)
+        _pass_turn(sm.turn, WG, PINGPONG)
         acc, p = _wait_pv(o_tok, p, IS_FP8)
-        mbarrier.arrive(kv_empty.index(STAGES + prev), count=1)
+        mbarrier.arrive(sm.kv_empty.index(STAGES + prev), count=1)
         turns += 1
     return acc, m_i, l_i, it, turns
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
-              o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om, stride_oh, stride_lse_b,
-              stride_lse_h, stride_alibi_b, grid: WorkGrid, qk_scale, softcap_in2, softcap_out,
-              BLOCK_N: gl.constexpr,
-              BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-              IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
-              PINGPONG: gl.constexpr, IS_FP8: gl.constexpr):
-    bits: gl.constexpr = q_smem.dtype.primitive_bitwidth
+def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale,
+              stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid: WorkGrid, qk_scale, softcap_in2,
+              softcap_out, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+              HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+              REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr, IS_FP8: gl.constexpr):
+    bits: gl.constexpr = sm.q.dtype.primitive_bitwidth
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N, bits)
     o_layout: gl.constexpr = wgmma_layout(BLOCK_D, bits)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = Out.dtype.element_ty
     # FP8's P carries 2**8 (softmax.online_softmax_update)
     P_SHIFT: gl.constexpr = 8.0 if IS_FP8 else 0.0
-    q_tile = q_smem.index(WG).reshape([WG_M, BLOCK_D])
+    q_tile = sm.q.index(WG).reshape([WG_M, BLOCK_D])
     it = 0
     turns = 0
     done = 0
@@ -374,13 +401,11 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, 
                                                                      softcap_in2)
             row0 = start_m + WG * WG_M
             offs_m = row0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
-            mbarrier.wait(q_bar, done & 1)
-            acc, m_i, l_i, it, turns = _attend(
-                q_tile, k_smem, v_smem, p_smem, k_ready, v_ready, kv_empty, turn, it, turns, offs_m, n_rows, n_keys,
-                n_lo, n_full_lo, n_full_hi, n_hi, tile_scale, grid.window_left, grid.window_right, tile_softcap_in2,
-                softcap_out,
-                alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG,
-                IS_FP8, P_SHIFT)
+            mbarrier.wait(sm.q_bar, done & 1)
+            acc, m_i, l_i, it, turns = _attend(q_tile, sm, p_smem, it, turns, offs_m, n_rows, n_keys, n_lo, n_full_lo,
+                                               n_full_hi, n_hi, tile_scale, grid.window_left, grid.window_right,
+                                               tile_softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES,
+                                               HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, IS_FP8, P_SHIFT)
 
             out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), P_SHIFT)
             if IS_FP8:
@@ -399,12 +424,12 @@ def _consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bar, q_empty, 
                 gl.store(o_ptrs, out.to(dtype), mask=(rows[:, None] < n_rows) & (cols[None, :] < BLOCK_D))
             else:
                 # this half's Q stage is free now that its last S retired: stage O there for one TMA store
-                o_stage = q_smem.index(WG)
+                o_stage = sm.q.index(WG)
                 o_stage.reshape([WG_M, BLOCK_D]).store(out.to(dtype))
                 fence_async_shared()
                 tma_store(o_desc, [off_b, row0, off_h, 0], o_stage)
                 tma_store_wait(0)
-            mbarrier.arrive(q_empty, count=1)
+            mbarrier.arrive(sm.q_empty, count=1)
             done += 1
 
 
@@ -458,16 +483,17 @@ def attention_fwd_sm90_kernel(
         mbarrier.init(kv_empty.index(i), count=2)
         mbarrier.init(kv_empty.index(STAGES + i), count=2)
 
+    sm = FwdSmem(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn)
     gl.warp_specialize([
-        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty,
-                     grid, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M, IS_FP8)),
-        (_consumer, (0, q_smem, k_smem, v_smem, p_smem0, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
-                     o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om, stride_oh, stride_lse_b,
-                     stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2, softcap_out, BLOCK_N, BLOCK_D, STAGES,
+        (_producer, (q_desc, k_desc, v_desc, sm, grid, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M,
+                     IS_FP8)),
+        (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2, softcap_out,
+                     BLOCK_N, BLOCK_D, STAGES,
                      HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8)),
-        (_consumer, (1, q_smem, k_smem, v_smem, p_smem1, q_bar, q_empty, k_ready, v_ready, kv_empty, turn,
-                     o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om, stride_oh, stride_lse_b,
-                     stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2, softcap_out, BLOCK_N, BLOCK_D, STAGES,
+        (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2, softcap_out,
+                     BLOCK_N, BLOCK_D, STAGES,
                      HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
