@@ -335,28 +335,18 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         first = n_lo + BLOCK_N
         full_lo = gl.maximum(n_full_lo, first)
         full_hi = gl.maximum(n_full_hi, first)
-        if HAS_LEFT:  # tiles cut by the window's left edge
-            for start_n in range(first, full_lo, BLOCK_N):
-                acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm, p_smem, offs_m, seqlen_q,
-                                         seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
-                                         alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                                         HAS_ALIBI, PINGPONG, True, IS_FP8, P_SHIFT)
-                it += 1
-                turns += 1
-        for start_n in range(full_lo, full_hi, BLOCK_N):  # tiles every row sees whole
-            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm, p_smem, offs_m, seqlen_q,
-                                     seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
-                                     alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                                     HAS_ALIBI, PINGPONG, False, IS_FP8, P_SHIFT)
-            it += 1
-            turns += 1
-        for start_n in range(full_hi, n_hi, BLOCK_N):  # the diagonal, the window's right edge, the keys' end
-            acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm, p_smem, offs_m, seqlen_q,
-                                     seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
-                                     alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                                     HAS_ALIBI, PINGPONG, True, IS_FP8, P_SHIFT)
-            it += 1
-            turns += 1
+        # tiles cut by the window's left edge (masked; none without one), tiles every row sees whole, then the
+        # diagonal, the window's right edge and the keys' end (masked)
+        bounds = (first, full_lo, full_hi, n_hi)
+        for r in gl.static_range(3):
+            if r != 0 or HAS_LEFT:
+                for start_n in range(bounds[r], bounds[r + 1], BLOCK_N):
+                    acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm, p_smem, offs_m,
+                                             seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
+                                             softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
+                                             HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, r != 1, IS_FP8, P_SHIFT)
+                    it += 1
+                    turns += 1
         # the last PV
         prev = (it - 1) % STAGES
         mbarrier.wait(sm.v_ready.index(prev), ((it - 1) // STAGES) & 1)
