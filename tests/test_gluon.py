@@ -163,6 +163,21 @@ def test_auto_and_default_tiles_per_head_dim():
     assert default_tuning(256, True, causal) == CONFIGS_FP8[256]
 
 
+def test_forward_grid_choice():
+    # host-side: a persistent grid without a right window edge; causal calls keep one program per item, in L2
+    # sections, unless PERSISTENT_CAUSAL (then persistent and still sectioned); the keys leave the tuning
+    from flashattn2.kernels.sm90.forward import CONFIGS, grid_choice
+
+    for head_dim in CONFIGS:
+        for right_edge, persistent_causal, expected in ((False, False, (True, False)), (True, False, (False, True)),
+                                                        (True, True, (True, True)), (False, True, (True, False))):
+            tuning = dict(CONFIGS[head_dim], PERSISTENT_CAUSAL=persistent_causal)
+            assert grid_choice(tuning, right_edge) == expected
+            assert "PERSISTENT" not in tuning and "PERSISTENT_CAUSAL" not in tuning
+    assert grid_choice(dict(PERSISTENT=False, PERSISTENT_CAUSAL=True), True) == (False, True)
+    assert grid_choice(dict(PERSISTENT=False), False) == (False, True)
+
+
 def test_auto_backward_per_head_dim_length_and_determinism():
     # host-side, so it runs anywhere: the Gluon backward at head dims 64, 128 and 256 (H100 A/B in
     # benchmarks/NOTES.md), except causal calls shorter than AUTO_CAUSAL_MIN_ROWS query rows and deterministic

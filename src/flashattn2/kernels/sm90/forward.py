@@ -60,18 +60,20 @@ BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 # sections of heads whose K and V fit in 1/L2_SECTIONS of L2 (device/tile_order.py); 0: one head after another.
 # Causal bf16 512-8k: d128 (a quarter) -1% to +5%, d256 (half) -1% to +8%; FP8 2k-16k: d128 (a quarter) +3% to
 # +6%, d256 -2% to +3% (kept off) (2026-11-24); d64 unmeasured.
+# PERSISTENT_CAUSAL: a persistent grid for calls with a right window edge too, over the same sectioned
+# longest-first order (each round of programs then takes items of about one length); not yet measured.
 # Measured choices: benchmarks/NOTES.md.
 CONFIGS = {
-    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0),
-    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4),
-    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=2),
+    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False),
+    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4, PERSISTENT_CAUSAL=False),
+    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=2, PERSISTENT_CAUSAL=False),
 }
 # FP8: K and V tiles take half the bytes, so longer key tiles fit: fewer per-tile steps per key (H100 A/B:
 # benchmarks/NOTES.md). Causal (any right window edge) d128 keeps 128-key tiles: its work items hold few.
 CONFIGS_FP8 = {
-    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0),
-    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4),
-    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0),
+    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False),
+    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4, PERSISTENT_CAUSAL=False),
+    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False),
 }
 CONFIGS_FP8_CAUSAL = {128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True)}
 # where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md)
@@ -104,6 +106,15 @@ def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
         return dict(CONFIGS[head_dim])
     causal = CONFIGS_FP8_CAUSAL.get(head_dim, {}) if opts.window_right >= 0 else {}
     return {**CONFIGS_FP8[head_dim], **causal}
+
+
+def grid_choice(tuning: dict, right_edge: bool) -> tuple[bool, bool]:
+    """(a persistent grid, items in L2 sections) for a call, popping the tuning's PERSISTENT and
+    PERSISTENT_CAUSAL: calls with a right window edge (causal) keep one program per item unless
+    PERSISTENT_CAUSAL; sections order the items of those grids, and of persistent causal ones."""
+    persistent_causal = tuning.pop("PERSISTENT_CAUSAL", False)
+    persistent = tuning.pop("PERSISTENT") and (not right_edge or persistent_causal)
+    return persistent, not persistent or right_edge
 
 
 @aggregate
@@ -528,10 +539,11 @@ class Sm90ForwardPlan:
         block_n = tuning["BLOCK_N"]
         num_tiles = cdiv(seqlen_q, BLOCK_M) * batch * nheads
         section, l2_share = 1, tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
-        if tuning.pop("PERSISTENT") and opts.window_right < 0:
+        persistent, sectioned = grid_choice(tuning, opts.window_right >= 0)
+        if persistent:
             # one program per SM (the shared memory allows no second), each looping over work items
             num_tiles = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
-        elif l2_share:
+        if l2_share and sectioned:
             # a query head's items stream K and V, shared by the heads of its GQA group
             section = l2_section(seqlen_k * head_dim * 2 * q.element_size() * nheads_k // nheads, q.device,
                                  l2_share)
@@ -594,7 +606,8 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8)
     constants.update(flags)
     block_n = constants["BLOCK_N"]
-    del constants["PERSISTENT"], constants["L2_SECTIONS"]  # launch-grid choices, not kernel flags
+    # launch-grid choices, not kernel flags
+    del constants["PERSISTENT"], constants["L2_SECTIONS"], constants["PERSISTENT_CAUSAL"]
     types = dict(Out="*bf16" if fp8 else "*DTYPE", Lse="*fp32", CuSeqlensQ="*i32", CuSeqlensK="*i32",
                  AlibiSlopes="*fp32", qk_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
     descriptors = dict(q_desc=64, k_desc=block_n, v_desc=[1, 1, head_dim, block_n] if fp8 else block_n)
