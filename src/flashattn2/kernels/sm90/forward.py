@@ -62,18 +62,26 @@ BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 # +6%, d256 -2% to +3% (kept off) (2026-11-24); d64 unmeasured.
 # PERSISTENT_CAUSAL: a persistent grid for calls with a right window edge too, over the same sectioned
 # longest-first order (each round of programs then takes items of about one length); not yet measured.
+# SEPARATE_O: O staged in its own buffer (32 KB at d128: 2 stages there), so that the consumers free Q when their
+# last S retired and the producer loads the next item's Q under this one's epilogue; not yet measured.
 # Measured choices: benchmarks/NOTES.md.
 CONFIGS = {
-    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False),
-    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4, PERSISTENT_CAUSAL=False),
-    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=2, PERSISTENT_CAUSAL=False),
+    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False,
+             SEPARATE_O=False),
+    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4, PERSISTENT_CAUSAL=False,
+             SEPARATE_O=False),
+    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=2, PERSISTENT_CAUSAL=False,
+             SEPARATE_O=False),
 }
 # FP8: K and V tiles take half the bytes, so longer key tiles fit: fewer per-tile steps per key (H100 A/B:
 # benchmarks/NOTES.md). Causal (any right window edge) d128 keeps 128-key tiles: its work items hold few.
 CONFIGS_FP8 = {
-    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False),
-    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4, PERSISTENT_CAUSAL=False),
-    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False),
+    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False,
+             SEPARATE_O=False),
+    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4, PERSISTENT_CAUSAL=False,
+             SEPARATE_O=False),
+    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False,
+             SEPARATE_O=False),
 }
 CONFIGS_FP8_CAUSAL = {128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True)}
 # where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md)
@@ -119,13 +127,15 @@ def grid_choice(tuning: dict, right_edge: bool) -> tuple[bool, bool]:
 
 @aggregate
 class FwdSmem:
-    """A program's shared memory, as one argument of its partitions: the two consumers' Q halves (each also
-    stages its O for the TMA store), the ring of K and V stages; and the barriers (q_bar / q_empty: Q loaded /
-    free; k_ready, v_ready: a stage's K, its V; kv_empty: a stage's K, then its V, released by both consumers;
-    turn: the ping-pong between the consumers). P's buffers (FP8) are each consumer's own."""
+    """A program's shared memory, as one argument of its partitions: the two consumers' Q halves, the ring of K
+    and V stages, their O halves for the TMA store (the Q halves themselves unless SEPARATE_O); and the barriers
+    (q_bar / q_empty: Q loaded / free; k_ready, v_ready: a stage's K, its V; kv_empty: a stage's K, then its V,
+    released by both consumers; turn: the ping-pong between the consumers). P's buffers (FP8) are each
+    consumer's own."""
     q: gl.shared_memory_descriptor
     k: gl.shared_memory_descriptor
     v: gl.shared_memory_descriptor
+    o: gl.shared_memory_descriptor
     q_bar: gl.shared_memory_descriptor
     q_empty: gl.shared_memory_descriptor
     k_ready: gl.shared_memory_descriptor
@@ -134,10 +144,11 @@ class FwdSmem:
     turn: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, q, k, v, q_bar, q_empty, k_ready, v_ready, kv_empty, turn):
+    def __init__(self, q, k, v, o, q_bar, q_empty, k_ready, v_ready, kv_empty, turn):
         self.q = q
         self.k = k
         self.v = v
+        self.o = o
         self.q_bar = q_bar
         self.q_empty = q_empty
         self.k_ready = k_ready
@@ -375,7 +386,7 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
               stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid: WorkGrid, qk_scale, softcap_in2,
               softcap_out, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-              REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr, IS_FP8: gl.constexpr):
+              REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr):
     bits: gl.constexpr = sm.q.dtype.primitive_bitwidth
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N, bits)
     o_layout: gl.constexpr = wgmma_layout(BLOCK_D, bits)
@@ -407,6 +418,9 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
                                                n_full_hi, n_hi, tile_scale, grid.window_left, grid.window_right,
                                                tile_softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES,
                                                HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, IS_FP8, P_SHIFT)
+            if SEPARATE_O:
+                # every S of this item retired inside _attend: the producer may load the next item's Q now
+                mbarrier.arrive(sm.q_empty, count=1)
 
             out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), P_SHIFT)
             if IS_FP8:
@@ -424,13 +438,15 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
                 o_ptrs = Out + off_h.to(gl.int64) * stride_oh + o_rows[:, None] * stride_om + cols[None, :]
                 gl.store(o_ptrs, out.to(dtype), mask=(rows[:, None] < n_rows) & (cols[None, :] < BLOCK_D))
             else:
-                # this half's Q stage is free now that its last S retired: stage O there for one TMA store
-                o_stage = sm.q.index(WG)
+                # O staged for one TMA store: in this half's Q stage (free now that its last S retired), or with
+                # SEPARATE_O in its own buffer
+                o_stage = sm.o.index(WG)
                 o_stage.reshape([WG_M, BLOCK_D]).store(out.to(dtype))
                 fence_async_shared()
                 tma_store(o_desc, [off_b, row0, off_h, 0], o_stage)
                 tma_store_wait(0)
-            mbarrier.arrive(sm.q_empty, count=1)
+            if not SEPARATE_O:
+                mbarrier.arrive(sm.q_empty, count=1)
             done += 1
 
 
@@ -442,7 +458,7 @@ def attention_fwd_sm90_kernel(
     softcap_out, section,
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
-    PINGPONG: gl.constexpr, IS_FP8: gl.constexpr,
+    PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -484,18 +500,24 @@ def attention_fwd_sm90_kernel(
         mbarrier.init(kv_empty.index(i), count=2)
         mbarrier.init(kv_empty.index(STAGES + i), count=2)
 
-    sm = FwdSmem(q_smem, k_smem, v_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn)
+    if SEPARATE_O and not (IS_VARLEN or IS_FP8):  # the others store O from registers
+        o_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], o_desc.layout)
+    else:
+        o_smem = q_smem
+    sm = FwdSmem(q_smem, k_smem, v_smem, o_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn)
     gl.warp_specialize([
         (_producer, (q_desc, k_desc, v_desc, sm, grid, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M,
                      IS_FP8)),
         (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
                      stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2, softcap_out,
                      BLOCK_N, BLOCK_D, STAGES,
-                     HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8)),
+                     HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8,
+                     SEPARATE_O)),
         (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
                      stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2, softcap_out,
                      BLOCK_N, BLOCK_D, STAGES,
-                     HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8)),
+                     HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8,
+                     SEPARATE_O)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(q_bar)
