@@ -65,23 +65,19 @@ BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 # SEPARATE_O: O staged in its own buffer (32 KB at d128: 2 stages there), so that the consumers free Q when their
 # last S retired and the producer loads the next item's Q under this one's epilogue; not yet measured.
 # Measured choices: benchmarks/NOTES.md.
+# keys every entry shares: a persistent grid where items cost alike; the two options above off
+_OFF = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False)
 CONFIGS = {
-    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False,
-             SEPARATE_O=False),
-    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4, PERSISTENT_CAUSAL=False,
-             SEPARATE_O=False),
-    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=2, PERSISTENT_CAUSAL=False,
-             SEPARATE_O=False),
+    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, L2_SECTIONS=0, **_OFF),
+    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, L2_SECTIONS=4, **_OFF),
+    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, L2_SECTIONS=2, **_OFF),
 }
 # FP8: K and V tiles take half the bytes, so longer key tiles fit: fewer per-tile steps per key (H100 A/B:
 # benchmarks/NOTES.md). Causal (any right window edge) d128 keeps 128-key tiles: its work items hold few.
 CONFIGS_FP8 = {
-    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False,
-             SEPARATE_O=False),
-    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, PERSISTENT=True, L2_SECTIONS=4, PERSISTENT_CAUSAL=False,
-             SEPARATE_O=False),
-    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, PERSISTENT=True, L2_SECTIONS=0, PERSISTENT_CAUSAL=False,
-             SEPARATE_O=False),
+    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, L2_SECTIONS=0, **_OFF),
+    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, L2_SECTIONS=4, **_OFF),
+    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, L2_SECTIONS=0, **_OFF),
 }
 CONFIGS_FP8_CAUSAL = {128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True)}
 # where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md)
