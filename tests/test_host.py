@@ -223,3 +223,23 @@ def test_one_capability_rule_per_kernel_family(arch, sm90a, tma, hopper, fp8, mo
     cpu = torch.zeros(1)
     assert common.gpu_arch(cpu) is None
     assert not (common.runs_sm90a(cpu) or common.has_tma(cpu) or common.is_hopper_family(torch.device("cpu")))
+
+
+def test_launch_leaves_out_options_a_kernel_lacks_and_names_unknown_arguments():
+    # plans pass every AttnOptions.kernel_args() value; a kernel without one (no dropout, say) is launched
+    # without it, while a name that is neither the kernel's nor an option is a mistake and raises
+    import triton
+    import triton.language as tl
+
+    from flashattn2.kernels.params import OPTION_ARGS
+
+    @triton.jit
+    def kernel(X, n, BLOCK: tl.constexpr, HAS_LEFT: tl.constexpr):
+        pass
+
+    named = dict(AttnOptions(softmax_scale=1.0).kernel_args(), n=3, BLOCK=16)
+    assert "dropout_p" in OPTION_ARGS and "HAS_LEFT" in OPTION_ARGS
+    plan = launch.Launch(kernel, (1, 1, 1), (), named)
+    assert plan.named == dict(n=3, BLOCK=16, HAS_LEFT=False)
+    with pytest.raises(TypeError, match=r"\['BLOK'\]"):
+        launch.Launch(kernel, (1, 1, 1), (), dict(named, BLOK=16))

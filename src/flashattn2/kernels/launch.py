@@ -13,6 +13,7 @@ that is the dtypes and the 16-byte alignment of the tensors.
 import triton
 
 from .common import INTERPRET
+from .params import OPTION_ARGS
 
 
 def _hook_set(hook) -> bool:
@@ -43,12 +44,18 @@ class Launch:
     """kernel[grid](*tensors, *scalars, **named, num_warps=..., num_stages=...) for varying tensors.
 
     `scalars` are the plain numbers right after the tensors, `named` all the other arguments
-    (runtime values and constexprs)."""
+    (runtime values and constexprs). Of the options every kernel may take (params.OPTION_ARGS, what
+    AttnOptions.kernel_args() gives), those this kernel lacks are left out; any other name it lacks is an error."""
 
     __slots__ = ("kernel", "grid", "scalars", "named", "num_warps", "num_stages", "options", "_compiled", "_tail")
 
     def __init__(self, kernel, grid: tuple[int, int, int], scalars: tuple, named: dict, num_warps: int = 4,
                  num_stages: int = 2, options: dict | None = None) -> None:
+        params = set(kernel.arg_names)
+        unknown = sorted(name for name in named if name not in params and name not in OPTION_ARGS)
+        if unknown:
+            raise TypeError(f"{getattr(kernel, '__name__', kernel)} takes no argument(s) {unknown}")
+        named = {name: value for name, value in named.items() if name in params}
         self.kernel, self.grid, self.scalars, self.named = kernel, grid, scalars, named
         self.num_warps, self.num_stages = num_warps, num_stages
         # further compile options (Gluon kernels: maxnreg)

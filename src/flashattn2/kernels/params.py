@@ -75,6 +75,8 @@ class AttnOptions(NamedTuple):
 
 
 TENSOR_FIELDS = ("cu_seqlens_q", "cu_seqlens_k", "alibi_slopes", "rng_seed")
+# the names kernel_args() gives: a kernel that lacks one (no dropout, say) is launched without it (launch.Launch)
+OPTION_ARGS = frozenset(AttnOptions(softmax_scale=1.0).kernel_args())
 
 
 def problem_dims(q: torch.Tensor, k: torch.Tensor, opts: AttnOptions):

@@ -229,19 +229,16 @@ class ForwardPlan:
                      total_q=q.shape[0], total_k=k.shape[0], HEAD_DIM=head_dim, BLOCK_D=block_d,
                      INTERPRET=INTERPRET, **opts.kernel_args())
         named["LONG_ROWS"] = long_rows(0 if varlen else 1, q, k, v)
-        named["IS_FP8"] = fp8
-        # a V whose rows are contiguous (FP8's keys-last copy) is read head-dim-strided
-        named["V_T"] = v.stride(-1) != 1
-        named["stride_vd"] = v.stride(-1)
+        # the forward's own: FP8, and a V whose rows are contiguous (FP8's keys-last copy), read head-dim-strided
+        fp8_v = dict(IS_FP8=fp8, V_T=v.stride(-1) != 1, stride_vd=v.stride(-1))
         self.attend = Launch(
             attention_fwd_kernel, (cdiv(seqlen_q, cfg.block_m), batch * nheads, 1),
             (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *out_strides, lse_sb, lse_sh),
-            dict(named, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, USE_TMA=self.tma_block is not None),
+            dict(named, **fp8_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, USE_TMA=self.tma_block is not None),
             cfg.num_warps, cfg.num_stages)
         self.dump = None
         if return_probs:
-            # the dump always applies the dropout sign, so it has no HAS_DROPOUT flag
-            del named["HAS_DROPOUT"], named["IS_FP8"], named["V_T"], named["stride_vd"]
+            # the dump always applies the dropout sign: it has no HAS_DROPOUT flag, which Launch leaves out
             block = 32 if INTERPRET else 64
             self.dump = Launch(dropout_probs_kernel, (cdiv(seqlen_q, block), batch * nheads, 1),
                                (*row_strides(q, varlen), *row_strides(k, varlen), lse_sb, lse_sh),

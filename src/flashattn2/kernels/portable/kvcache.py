@@ -316,8 +316,6 @@ class KVCachePlan:
             sl = torch.empty(self.lse_shape, device="meta").stride()
             l_strides = (0, 0, 1, sl[0]) if varlen else (0, sl[0], 1, sl[1])
         named = opts.kernel_args()
-        for unused in ("dropout_p", "HAS_DROPOUT"):
-            del named[unused]
         stride_bt = block_table.stride(0) if paged else 0
         flags = dict(HAS_SEQLENS=cache_seqlens is not None, HAS_LEFTPAD=cache_leftpad is not None,
                      HAS_BATCH_IDX=cache_batch_idx is not None, PAGED=paged)

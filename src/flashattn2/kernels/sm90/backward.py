@@ -618,7 +618,6 @@ class Sm90Backward:
         named = dict(nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
                      total_k=k.shape[0], softmax_scale=opts.softmax_scale, num_tiles=num_tiles, section=section,
                      **opts.kernel_args(), **tuning)
-        del named["dropout_p"], named["HAS_DROPOUT"]
         self.launch = Launch(attention_bwd_sm90_kernel, (max(grid, 1), 1, 1),
                              (*grads[0], *grads[1], lse_sb, lse_sh), named, num_warps=4, num_stages=1,
                              options=dict(maxnreg=MAXNREG))

@@ -585,7 +585,6 @@ class Sm90ForwardPlan:
         _, stride_om, stride_oh = row_strides(torch.empty(self.out_shape, device="meta"), varlen)
         named = dict(batch=batch, nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                      total_q=q.shape[0], total_k=k.shape[0], section=section, **opts.kernel_args())
-        del named["dropout_p"], named["HAS_DROPOUT"]
         self.attend = Launch(
             attention_fwd_sm90_kernel, (max(num_tiles, 1), 1, 1),
             (stride_om, stride_oh, lse_sb, lse_sh),
