@@ -611,10 +611,10 @@ def test_descriptors_view_packed_batches_as_one_batch_entry():
 
     layout = shared_layout([1, 64, 1, 64], torch.float16)
     dense = torch.empty(2, 100, 3, 64, dtype=torch.float16)
-    d = descriptor(dense, [1, 64, 1, 64], layout, varlen=False)
+    d = descriptor(dense, [1, 64, 1, 64], layout)
     assert (list(d.shape), list(d.strides)) == ([2, 100, 3, 64], list(dense.stride()))
     packed = torch.empty(150, 3, 64, dtype=torch.float16)
-    p = descriptor(packed, [1, 64, 1, 64], layout, varlen=True)
+    p = descriptor(packed, [1, 64, 1, 64], layout)
     assert list(p.shape) == [1, 150, 3, 64] and list(p.strides)[1:] == list(packed.stride())
 
 

@@ -35,9 +35,14 @@ def tma_usable(*tensors: torch.Tensor) -> bool:
     return True
 
 
+def one_batch(x: torch.Tensor) -> torch.Tensor:
+    """x as (batch, rows, heads, head_dim): a packed (total, heads, head_dim) batch is one batch entry, whose
+    sequences are row ranges (what the kernels' tma_batch coordinate assumes)."""
+    return x.unsqueeze(0) if x.dim() == 3 else x
+
+
 def row_tiles(x: torch.Tensor, block_rows: int, block_d: int) -> TensorDescriptor:
-    """A descriptor over dense x (batch, seqlen, heads, head_dim) handing out (block_rows, block_d)
-    tiles of one (batch, head); a packed x (total, heads, head_dim) is one batch entry."""
-    if x.dim() == 3:
-        x = x.unsqueeze(0)
+    """A descriptor over x (batch, seqlen, heads, head_dim), or a packed x as one_batch, handing out
+    (block_rows, block_d) tiles of one (batch, head)."""
+    x = one_batch(x)
     return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, block_rows, 1, block_d])

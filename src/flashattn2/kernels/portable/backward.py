@@ -72,8 +72,8 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base
                        INTERPRET: tl.constexpr):
     """Accumulate dK, dV of one key tile over query tiles [m_lo, m_hi), working on transposed scores
     (keys x queries) so that P^T and dS^T feed the dV and dK matmuls without a transpose. With USE_TMA, Q and
-    dO tiles come from row tma_row0 + start_m of batch entry off_b (a packed batch: entry 0, its sequence's
-    first row)."""
+    dO tiles come from row tma_row0 + start_m of batch entry off_b (a packed batch: entry 0 from its sequence's
+    first row; a dense one: its entry from row 0)."""
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(m_lo, m_hi, BLOCK_M):
         offs_m = start_m + offs_m0
@@ -191,7 +191,7 @@ def attention_bwd_dkdv_kernel(
             if r != 2 or HAS_LEFT:
                 dk, dv = _dkdv_from_q_tiles(
                     dk, dv, k, v, q_src, do_src, dq_dst, Lse + row_off, Delta + row_off, tma_batch(off_b, IS_VARLEN),
-                    off_h, q_start if IS_VARLEN else 0, stride_qm,
+                    off_h, q_start, stride_qm,
                     stride_dom, stride_dqm, offs_n, offs_d, bounds[r], bounds[r + 1], seqlen_q, seqlen_k, qk_scale,
                     softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx,
                     dropout_p, HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
@@ -302,7 +302,7 @@ def attention_bwd_dq_kernel(
     for r in tl.static_range(3):
         if r != 0 or HAS_LEFT:
             dq = _dq_from_kv_tiles(
-                dq, q, do, lse, delta, k_src, v_src, tma_batch(off_b, IS_VARLEN), off_hk, k_start if IS_VARLEN else 0,
+                dq, q, do, lse, delta, k_src, v_src, tma_batch(off_b, IS_VARLEN), off_hk, k_start,
                 stride_kn, stride_vn, offs_m, offs_d, bounds[r],
                 bounds[r + 1], seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
                 alibi_slope, seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,

@@ -595,7 +595,6 @@ class Sm90Backward:
         persistent = tuning.pop("PERSISTENT")
         l2_share = tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
         self.fused_dq = tuning["FUSED_DQ"]
-        self.varlen = opts.varlen
         self.q_block = [1, tuning["BLOCK_M"], 1, head_dim]
         self.kv_block = [1, int(WG_M), 1, head_dim]
         self.dq_block = dq_block(tuning, head_dim)
@@ -625,12 +624,11 @@ class Sm90Backward:
     def __call__(self, dout, q, k, v, lse, delta, dq_acc, dk, dv, opts: AttnOptions) -> None:
         """dq_acc: with fused_dq, a zeroed fp32 tensor shaped like q that receives softmax_scale * dQ."""
         cu_q, cu_k, alibi, _ = opts.tensors()
-        varlen = self.varlen
-        q_desc = descriptor(q, self.q_block, self.q_layout, varlen)
-        dq_desc = descriptor(dq_acc, self.dq_block, self.dq_layout, varlen) if self.fused_dq else q_desc
-        self.launch(q_desc, descriptor(k, self.kv_block, self.kv_layout, varlen),
-                    descriptor(v, self.kv_block, self.kv_layout, varlen),
-                    descriptor(dout, self.q_block, self.q_layout, varlen), dq_desc, lse, delta, dk, dv, cu_q, cu_k,
+        q_desc = descriptor(q, self.q_block, self.q_layout)
+        dq_desc = descriptor(dq_acc, self.dq_block, self.dq_layout) if self.fused_dq else q_desc
+        self.launch(q_desc, descriptor(k, self.kv_block, self.kv_layout),
+                    descriptor(v, self.kv_block, self.kv_layout),
+                    descriptor(dout, self.q_block, self.q_layout), dq_desc, lse, delta, dk, dv, cu_q, cu_k,
                     alibi)
 
 

@@ -7,7 +7,7 @@ from .. import common
 from ..common import runs_sm90a
 from ..device.seqlen_info import sequence_bounds
 from ..device.tile_order import sectioned_item
-from ..tma import tma_usable
+from ..tma import one_batch, tma_usable
 from .gluon_api import TensorDescriptor, aggregate, gl, gluon, shared_layout
 
 WG_M = gl.constexpr(64)  # rows per consumer warpgroup (wgmma's M)
@@ -109,11 +109,10 @@ def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tenso
     return None
 
 
-def descriptor(x: torch.Tensor, block: list[int], layout, varlen: bool) -> TensorDescriptor:
+def descriptor(x: torch.Tensor, block: list[int], layout) -> TensorDescriptor:
     """A TMA descriptor handing out `block` tiles of x: 4-D (batch, rows, heads, head_dim); a packed batch
-    (total, heads, head_dim) is one (1, total, heads, head_dim) view."""
-    if varlen:
-        x = x.unsqueeze(0)
+    (total, heads, head_dim) is one (1, total, heads, head_dim) view (tma.one_batch)."""
+    x = one_batch(x)
     return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
 
 

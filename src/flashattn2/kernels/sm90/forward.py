@@ -65,19 +65,19 @@ BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 # SEPARATE_O: O staged in its own buffer (32 KB at d128: 2 stages there), so that the consumers free Q when their
 # last S retired and the producer loads the next item's Q under this one's epilogue; not yet measured.
 # Measured choices: benchmarks/NOTES.md.
-# keys every entry shares: a persistent grid where items cost alike; the two options above off
-_OFF = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False)
+# the grid and O-staging keys every entry shares: a persistent grid where items cost alike, the two options above off
+_GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False)
 CONFIGS = {
-    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, L2_SECTIONS=0, **_OFF),
-    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, L2_SECTIONS=4, **_OFF),
-    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, L2_SECTIONS=2, **_OFF),
+    64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, L2_SECTIONS=0, **_GRID),
+    128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, L2_SECTIONS=4, **_GRID),
+    256: dict(BLOCK_N=64, STAGES=2, PINGPONG=True, L2_SECTIONS=2, **_GRID),
 }
 # FP8: K and V tiles take half the bytes, so longer key tiles fit: fewer per-tile steps per key (H100 A/B:
 # benchmarks/NOTES.md). Causal (any right window edge) d128 keeps 128-key tiles: its work items hold few.
 CONFIGS_FP8 = {
-    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, L2_SECTIONS=0, **_OFF),
-    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, L2_SECTIONS=4, **_OFF),
-    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, L2_SECTIONS=0, **_OFF),
+    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, L2_SECTIONS=0, **_GRID),
+    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, L2_SECTIONS=4, **_GRID),
+    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, L2_SECTIONS=0, **_GRID),
 }
 CONFIGS_FP8_CAUSAL = {128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True)}
 # where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md)
@@ -570,7 +570,6 @@ class Sm90ForwardPlan:
         self.dtype, self.device, self.out_shape = torch.bfloat16 if fp8 else q.dtype, q.device, q.shape
         self.lse_shape = (nheads, q.shape[0]) if varlen else (batch, nheads, seqlen_q)
         self.empty = q.numel() == 0 or batch * seqlen_q == 0
-        self.varlen = varlen
         self.q_block, self.kv_block = [1, 64, 1, head_dim], [1, block_n, 1, head_dim]
         self.q_layout = shared_layout(self.q_block, q.dtype)
         self.kv_layout = shared_layout(self.kv_block, q.dtype)
@@ -581,8 +580,8 @@ class Sm90ForwardPlan:
                                  f"BLOCK_N={block_n}")
             self.v_block = [1, 1, head_dim, block_n]
             self.v_layout = shared_layout(self.v_block, q.dtype)
-        lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"), varlen)
-        _, stride_om, stride_oh = row_strides(torch.empty(self.out_shape, device="meta"), varlen)
+        lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"))
+        _, stride_om, stride_oh = row_strides(torch.empty(self.out_shape, device="meta"))
         named = dict(batch=batch, nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                      total_q=q.shape[0], total_k=k.shape[0], section=section, **opts.kernel_args())
         self.attend = Launch(
@@ -598,17 +597,16 @@ class Sm90ForwardPlan:
         if self.empty:
             return out, lse, None
         cu_q, cu_k, alibi, _ = opts.tensors()
-        varlen = self.varlen
         if self.fp8:
             # (batch, heads, head_dim, keys) with keys padded to and relabelled within 64s (_keep_p)
             vt = v_keys_last(v, multiple=RELABEL_KEYS, relabel=True)
             v_desc = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), self.v_block, self.v_layout)
             o_desc = None  # bf16 O leaves through pointer stores
         else:
-            v_desc = descriptor(v, self.v_block, self.v_layout, varlen)
-            o_desc = descriptor(out, self.q_block, self.q_layout, varlen)
-        self.attend(descriptor(q, self.q_block, self.q_layout, varlen),
-                    descriptor(k, self.kv_block, self.kv_layout, varlen), v_desc, o_desc, out, lse, cu_q, cu_k,
+            v_desc = descriptor(v, self.v_block, self.v_layout)
+            o_desc = descriptor(out, self.q_block, self.q_layout)
+        self.attend(descriptor(q, self.q_block, self.q_layout),
+                    descriptor(k, self.kv_block, self.kv_layout), v_desc, o_desc, out, lse, cu_q, cu_k,
                     alibi, *descales)
         return out, lse, None
 
