@@ -243,3 +243,50 @@ def test_launch_leaves_out_options_a_kernel_lacks_and_names_unknown_arguments():
     assert plan.named == dict(n=3, BLOCK=16, HAS_LEFT=False)
     with pytest.raises(TypeError, match=r"\['BLOK'\]"):
         launch.Launch(kernel, (1, 1, 1), (), dict(named, BLOK=16))
+
+
+@pytest.mark.parametrize("mode", ["dense", "causal", "varlen", "gqa", "fp8"])
+def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
+    # the Gluon kernels run on an H100 only, but their plans' host side (strides, descriptors, grid, argument
+    # names) runs anywhere: launch records the call and binds it to the kernel's signature, as Triton would
+    import inspect
+
+    from flashattn2.kernels import common
+    from flashattn2.kernels.sm90 import backward as bwd_sm90
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    monkeypatch.setattr(common, "_index", lambda device: 0)
+    monkeypatch.setattr(common, "_l2_bytes", lambda index: 50 << 20)
+    props = type("Props", (), {"multi_processor_count": 132})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    bound = []
+
+    def record(self, *tensors):
+        signature = inspect.signature(self.kernel.fn)
+        bound.append(signature.bind(*tensors, *self.scalars, **self.named).arguments)
+
+    monkeypatch.setattr(launch.Launch, "__call__", record)
+    torch.manual_seed(0)
+    batch, seqlen, nheads, nheads_k, head_dim = 2, 96, 4, 2 if mode == "gqa" else 4, 128
+    q = torch.randn(batch, seqlen, nheads, head_dim, dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, seqlen, nheads_k, head_dim, dtype=torch.bfloat16) for _ in range(2))
+    opts = AttnOptions(softmax_scale=head_dim ** -0.5, window_left=-1, window_right=0 if mode == "causal" else -1)
+    descales = (None, None, None)
+    if mode == "varlen":
+        q, k, v = (x.flatten(0, 1) for x in (q, k, v))
+        cu = torch.tensor([0, 40, 2 * seqlen], dtype=torch.int32)
+        opts = opts._replace(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=seqlen + 56, max_seqlen_k=seqlen + 56)
+    if mode == "fp8":
+        q, k, v = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
+        descales = tuple(torch.ones(batch, nheads_k) for _ in range(3))
+        # the V transpose is a Triton kernel; its (batch, heads, head_dim, keys padded to 64) shape is enough here
+        monkeypatch.setattr(fwd_sm90, "v_keys_last", lambda v, multiple, relabel: torch.zeros(
+            v.shape[0], v.shape[2], v.shape[3], -(-v.shape[1] // multiple) * multiple, dtype=v.dtype))
+    out, lse, _ = fwd_sm90.Sm90ForwardPlan(q, k, v, opts)(q, k, v, opts, descales)
+    assert len(bound) == 1 and bound[0]["Lse"] is lse
+    if mode == "fp8":
+        return
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32)
+    bwd = bwd_sm90.Sm90Backward(out, q, k, v, lse, opts)
+    bwd(out, q, k, v, lse, lse.clone(), dq_acc, torch.empty_like(k), torch.empty_like(v), opts)
+    assert len(bound) == 2 and bound[1]["Lse"] is lse

@@ -580,8 +580,8 @@ class Sm90ForwardPlan:
                                  f"BLOCK_N={block_n}")
             self.v_block = [1, 1, head_dim, block_n]
             self.v_layout = shared_layout(self.v_block, q.dtype)
-        lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"))
-        _, stride_om, stride_oh = row_strides(torch.empty(self.out_shape, device="meta"))
+        lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"), varlen)
+        _, stride_om, stride_oh = row_strides(torch.empty(self.out_shape, device="meta"), varlen)
         named = dict(batch=batch, nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                      total_q=q.shape[0], total_k=k.shape[0], section=section, **opts.kernel_args())
         self.attend = Launch(
