@@ -2,7 +2,8 @@
 one process, interleaved per shape: python scripts/ab_gluon.py --out DIR [--dtypes bf16 fp16]
 [--try NAME:KEY=VALUE,...] [--causal yes] [--rounds N].
 
-Each variant's output is checked against the Triton forward's before it is timed."""
+Each variant's output is checked against the Triton forward's before it is timed. --dtypes fp8 quantises
+bf16 inputs per (batch, kv head) with quantize_fp8 and times both kernels' FP8 forwards (no cuDNN peer)."""
 
 import argparse
 import functools
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from flashattn2 import quantize_fp8
 from flashattn2.kernels.params import AttnOptions
 from flashattn2.kernels.portable import forward
 from flashattn2.kernels.sm90 import forward as fwd_sm90
@@ -30,27 +32,32 @@ def tflops(batch, nheads, seqlen, hdim, causal, ms):
 
 
 def measure(dtype_name: str, hdim: int, causal: bool, seqlen: int) -> dict:
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    fp8 = dtype_name == "fp8"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}[dtype_name]
     batch, nheads = 16384 // seqlen, 2048 // hdim
     torch.manual_seed(0)
     q, k, v = (torch.randn(batch, seqlen, nheads, hdim, device="cuda", dtype=dtype) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    descales = (None, None, None)
+    if fp8:
+        q, k, v, *descales = quantize_fp8(q, k, v)
     opts = AttnOptions(softmax_scale=hdim ** -0.5, window_left=-1, window_right=0 if causal else -1)
     tri = forward.forward_plan(q, k, v, opts)
-    ref, ref_lse, _ = tri(q, k, v, opts)
-    fns = {"triton": functools.partial(tri, q, k, v, opts),
-           "cudnn": functools.partial(F.scaled_dot_product_attention, qt, kt, vt, is_causal=causal)}
+    ref, ref_lse, _ = tri(q, k, v, opts, descales)
+    fns = {"triton": functools.partial(tri, q, k, v, opts, descales)}
+    if not fp8:
+        fns["cudnn"] = functools.partial(F.scaled_dot_product_attention, qt, kt, vt, is_causal=causal)
     errors = {}
     for name, tuning in VARIANTS.items():
         plan = fwd_sm90.Sm90ForwardPlan(q, k, v, opts, tuning)
-        out, lse, _ = plan(q, k, v, opts)
+        out, lse, _ = plan(q, k, v, opts, descales)
         err = (out.float() - ref.float()).abs().max().item()
         lse_err = (lse - ref_lse).abs().max().item()
         errors[name] = (err, lse_err)
         if not (err < 3e-2 and lse_err < 1e-3):  # NaN fails too
             print(f"WRONG {name} {dtype_name} d{hdim} causal={causal} s{seqlen}: {err} {lse_err}", flush=True)
             continue
-        fns["gluon-" + name] = functools.partial(plan, q, k, v, opts)
+        fns["gluon-" + name] = functools.partial(plan, q, k, v, opts, descales)
     row = dict(dtype=dtype_name, hdim=hdim, causal=causal, seqlen=seqlen, errors=errors)
     # rounds in alternating order, best kept: what runs later in a round runs on a warmer GPU
     for round_ in range(ROUNDS):
