@@ -52,6 +52,8 @@ VARIANTS = [
     (256, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
     (256, torch.bfloat16, {"BWD": True, "HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True}),
     (256, torch.bfloat16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True}),
+    # a persistent causal grid's snake walk (PERSISTENT_CAUSAL, not a default yet)
+    (128, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SNAKE": True}),
     # O staged apart from Q (SEPARATE_O, not a default yet: at d128 it needs 2 stages)
     (64, torch.bfloat16, {"SEPARATE_O=1": True, "HAS_RIGHT": True, "REVERSE_M": True}),
     # the FP8 forward (IS_FP8: e4m3 inputs, P through shared memory)
@@ -166,18 +168,21 @@ def test_auto_and_default_tiles_per_head_dim():
 
 
 def test_forward_grid_choice():
-    # host-side: a persistent grid without a right window edge; causal calls keep one program per item, in L2
-    # sections, unless PERSISTENT_CAUSAL (then persistent and still sectioned); the keys leave the tuning
+    # host-side: a persistent grid without a right window edge, one head after another; causal calls keep one
+    # program per item in L2 sections, unless PERSISTENT_CAUSAL (then persistent, longest first in snake rounds);
+    # the keys leave the tuning
     from flashattn2.kernels.sm90.forward import CONFIGS, grid_choice
 
     for head_dim in CONFIGS:
-        for right_edge, persistent_causal, expected in ((False, False, (True, False)), (True, False, (False, True)),
-                                                        (True, True, (True, True)), (False, True, (True, False))):
+        for right_edge, persistent_causal, expected in ((False, False, (True, "heads")),
+                                                        (True, False, (False, "sections")),
+                                                        (True, True, (True, "longest")),
+                                                        (False, True, (True, "heads"))):
             tuning = dict(CONFIGS[head_dim], PERSISTENT_CAUSAL=persistent_causal)
             assert grid_choice(tuning, right_edge) == expected
             assert "PERSISTENT" not in tuning and "PERSISTENT_CAUSAL" not in tuning
-    assert grid_choice(dict(PERSISTENT=False, PERSISTENT_CAUSAL=True), True) == (False, True)
-    assert grid_choice(dict(PERSISTENT=False), False) == (False, True)
+    assert grid_choice(dict(PERSISTENT=False, PERSISTENT_CAUSAL=True), True) == (False, "sections")
+    assert grid_choice(dict(PERSISTENT=False), False) == (False, "sections")
 
 
 def test_auto_backward_per_head_dim_length_and_determinism():
@@ -552,6 +557,56 @@ def test_l2_sections_change_only_the_order_fp8(head_dim, monkeypatch):
     flashattn2.set_backend(backends._checked(os.environ.get("FLASHATTN2_BACKEND", "auto")))
     assert sections == {0: 1, 1: 2}
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("programs", [7, 64])
+@pytest.mark.parametrize("case", ["d64", "d128", "d256", "d128-packed", "d128-fp8"])
+def test_persistent_causal_walk_changes_only_the_order(case, programs, monkeypatch):
+    # PERSISTENT_CAUSAL: a few programs walk every item longest first in snake rounds (7 programs: the last round
+    # partial and mirrored); every item computes as on the one-program-per-item grid, bit for bit
+    from flashattn2 import quantize_fp8
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    head_dim = int(case.split("-")[0][1:])
+    torch.manual_seed(5)
+    q, k, v = (randn(2, 1000, 5, head_dim, dtype=torch.bfloat16) for _ in range(3))
+    kwargs = dict(causal=True)
+    fn = flash_attn_func
+    if case.endswith("fp8"):
+        q, k, v, qd, kd, vd = quantize_fp8(q, k, v)
+        kwargs.update(q_descale=qd, k_descale=kd, v_descale=vd)
+    if case.endswith("packed"):
+        q, k, v = (x.flatten(0, 1)[:1700] for x in (q, k, v))
+        cu = torch.tensor([0, 300, 1700], dtype=torch.int32, device=q.device)
+        fn = flash_attn_varlen_func
+        kwargs.update(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=1400, max_seqlen_k=1400)
+    real = torch.cuda.get_device_properties
+
+    class Props:  # the GPU's own, but for the number of SMs the persistent grid takes
+        multi_processor_count = programs
+
+        def __init__(self, device):
+            self.real = real(device)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", Props)
+    results, named = {}, {}
+    for on in (False, True):
+        for name in ("CONFIGS", "CONFIGS_FP8"):
+            configs = getattr(fwd_sm90, name)
+            monkeypatch.setattr(fwd_sm90, name, {d: dict(c, PERSISTENT_CAUSAL=on) for d, c in configs.items()})
+        flashattn2.set_backend("gluon")  # drops the plans made with the other walk
+        results[on] = fn(q, k, v, return_attn_probs=True, **kwargs)[:2]
+        plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+        named[on] = (plan.attend.grid[0], plan.attend.named["SNAKE"])
+    flashattn2.set_backend(backends._checked(os.environ.get("FLASHATTN2_BACKEND", "auto")))
+    assert named[True] == (programs, True) and named[False][1] is False and named[False][0] > programs
+    for off, on in zip(results[False], results[True], strict=True):
+        assert torch.equal(on, off)
 
 
 @pytest.mark.gpu

@@ -245,7 +245,7 @@ def test_launch_leaves_out_options_a_kernel_lacks_and_names_unknown_arguments():
         launch.Launch(kernel, (1, 1, 1), (), dict(named, BLOK=16))
 
 
-@pytest.mark.parametrize("mode", ["dense", "causal", "varlen", "gqa", "fp8"])
+@pytest.mark.parametrize("mode", ["dense", "causal", "persistent-causal", "varlen", "gqa", "fp8"])
 def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
     # the Gluon kernels run on an H100 only, but their plans' host side (strides, descriptors, grid, argument
     # names) runs anywhere: launch records the call and binds it to the kernel's signature, as Triton would
@@ -270,7 +270,8 @@ def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
     batch, seqlen, nheads, nheads_k, head_dim = 2, 96, 4, 2 if mode == "gqa" else 4, 128
     q = torch.randn(batch, seqlen, nheads, head_dim, dtype=torch.bfloat16)
     k, v = (torch.randn(batch, seqlen, nheads_k, head_dim, dtype=torch.bfloat16) for _ in range(2))
-    opts = AttnOptions(softmax_scale=head_dim ** -0.5, window_left=-1, window_right=0 if mode == "causal" else -1)
+    causal = mode.endswith("causal")
+    opts = AttnOptions(softmax_scale=head_dim ** -0.5, window_left=-1, window_right=0 if causal else -1)
     descales = (None, None, None)
     if mode == "varlen":
         q, k, v = (x.flatten(0, 1) for x in (q, k, v))
@@ -282,8 +283,12 @@ def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
         # the V transpose is a Triton kernel; its (batch, heads, head_dim, keys padded to 64) shape is enough here
         monkeypatch.setattr(fwd_sm90, "v_keys_last", lambda v, multiple, relabel: torch.zeros(
             v.shape[0], v.shape[2], v.shape[3], -(-v.shape[1] // multiple) * multiple, dtype=v.dtype))
-    out, lse, _ = fwd_sm90.Sm90ForwardPlan(q, k, v, opts)(q, k, v, opts, descales)
+    tuning = dict(PERSISTENT_CAUSAL=True) if mode == "persistent-causal" else None
+    out, lse, _ = fwd_sm90.Sm90ForwardPlan(q, k, v, opts, tuning)(q, k, v, opts, descales)
     assert len(bound) == 1 and bound[0]["Lse"] is lse
+    # the persistent causal grid walks every head longest first in snake rounds: one section of all heads
+    assert (bound[0]["SNAKE"], bound[0]["section"]) == ((True, batch * nheads) if mode == "persistent-causal"
+                                                        else (False, bound[0]["section"]))
     if mode == "fp8":
         return
     dq_acc = torch.zeros(q.shape, dtype=torch.float32)

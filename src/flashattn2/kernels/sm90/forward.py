@@ -59,11 +59,12 @@ BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 # L2_SECTIONS (grids of one program per item, causal): items walk query tile by query tile, longest first, over
 # sections of heads whose K and V fit in 1/L2_SECTIONS of L2 (device/tile_order.py); 0: one head after another.
 # Causal bf16 512-8k: d128 (a quarter) -1% to +5%, d256 (half) -1% to +8%; FP8 2k-16k: d128 (a quarter) +3% to
-# +6%, d256 -2% to +3% (kept off) (2026-11-24); d64 unmeasured.
-# PERSISTENT_CAUSAL: a persistent grid for calls with a right window edge too, over the same sectioned
-# longest-first order (each round of programs then takes items of about one length); not yet measured.
+# +6%, d256 -2% to +3% (kept off) (2026-11-24); d64 (a quarter) within 2% (kept off).
+# PERSISTENT_CAUSAL: a persistent grid for calls with a right window edge too (grid_choice's "longest" walk). Over
+# the sectioned walk it lost 25-30% from 1k tokens (d128, H100, 2026-11-24); the snake walk: see NOTES.md.
 # SEPARATE_O: O staged in its own buffer (32 KB at d128: 2 stages there), so that the consumers free Q when their
-# last S retired and the producer loads the next item's Q under this one's epilogue; not yet measured.
+# last S retired and the producer loads the next item's Q under this one's epilogue; with the sectioned persistent
+# walk it changed nothing measurable (d128, 2 stages).
 # Measured choices: benchmarks/NOTES.md.
 # the grid and O-staging keys every entry shares: a persistent grid where items cost alike, the two options above off
 _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False)
@@ -112,13 +113,19 @@ def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
     return {**CONFIGS_FP8[head_dim], **causal}
 
 
-def grid_choice(tuning: dict, right_edge: bool) -> tuple[bool, bool]:
-    """(a persistent grid, items in L2 sections) for a call, popping the tuning's PERSISTENT and
-    PERSISTENT_CAUSAL: calls with a right window edge (causal) keep one program per item unless
-    PERSISTENT_CAUSAL; sections order the items of those grids, and of persistent causal ones."""
+def grid_choice(tuning: dict, right_edge: bool) -> tuple[bool, str]:
+    """(a persistent grid, the walk of its items) for a call, popping the tuning's PERSISTENT and
+    PERSISTENT_CAUSAL. Calls with a right window edge (causal) keep one program per item unless
+    PERSISTENT_CAUSAL. The walks (device/tile_order.py):
+    - "sections": one program per item, L2 sections of heads (the hardware hands out items as programs end);
+    - "heads": a persistent grid over items that cost alike, one head after another;
+    - "longest": a persistent causal grid, every head's longest items first, in snake rounds (WorkGrid.walk):
+      a static stride over sections, whose costs saw-tooth head by head, left programs 1.5x apart (NOTES.md)."""
     persistent_causal = tuning.pop("PERSISTENT_CAUSAL", False)
     persistent = tuning.pop("PERSISTENT") and (not right_edge or persistent_causal)
-    return persistent, not persistent or right_edge
+    if not persistent:
+        return False, "sections"
+    return True, "longest" if right_edge else "heads"
 
 
 @aggregate
@@ -454,7 +461,7 @@ def attention_fwd_sm90_kernel(
     softcap_out, section,
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
-    PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr,
+    PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr, SNAKE: gl.constexpr,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -467,7 +474,7 @@ def attention_fwd_sm90_kernel(
     dtype: gl.constexpr = q_desc.dtype
     num_m = gl.cdiv(seqlen_q, 2 * WG_M)
     grid = WorkGrid(num_m, num_m * batch * nheads, section, nheads, group, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                    total_q, total_k, window_left, window_right)
+                    total_q, total_k, window_left, window_right, SNAKE)
 
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
@@ -557,11 +564,13 @@ class Sm90ForwardPlan:
         block_n = tuning["BLOCK_N"]
         num_tiles = cdiv(seqlen_q, BLOCK_M) * batch * nheads
         section, l2_share = 1, tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
-        persistent, sectioned = grid_choice(tuning, opts.window_right >= 0)
+        persistent, walk = grid_choice(tuning, opts.window_right >= 0)
         if persistent:
             # one program per SM (the shared memory allows no second), each looping over work items
             num_tiles = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
-        if l2_share and sectioned:
+        if walk == "longest":
+            section = batch * nheads  # one section: block by block over every head
+        elif l2_share and walk == "sections":
             # a query head's items stream K and V, shared by the heads of its GQA group
             section = l2_section(seqlen_k * head_dim * 2 * q.element_size() * nheads_k // nheads, q.device,
                                  l2_share)
@@ -587,7 +596,7 @@ class Sm90ForwardPlan:
         self.attend = Launch(
             attention_fwd_sm90_kernel, (max(num_tiles, 1), 1, 1),
             (stride_om, stride_oh, lse_sb, lse_sh),
-            dict(named, REVERSE_M=named["HAS_RIGHT"], IS_FP8=fp8, **tuning),
+            dict(named, REVERSE_M=named["HAS_RIGHT"], IS_FP8=fp8, SNAKE=walk == "longest", **tuning),
             num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG))
 
     def __call__(self, q, k, v, opts, descales=(None, None, None)):
@@ -618,7 +627,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
     torch.float8_e4m3fn compiles the FP8 variant."""
     fp8 = dtype == torch.float8_e4m3fn
     constants = dict((CONFIGS_FP8 if fp8 else CONFIGS)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
-                     IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8)
+                     IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, SNAKE=False)
     constants.update(flags)
     block_n = constants["BLOCK_N"]
     # launch-grid choices, not kernel flags
