@@ -52,8 +52,8 @@ VARIANTS = [
     (256, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
     (256, torch.bfloat16, {"BWD": True, "HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True}),
     (256, torch.bfloat16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True}),
-    # a persistent causal grid's snake walk (PERSISTENT_CAUSAL, not a default yet)
-    (128, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SNAKE": True}),
+    # a persistent causal grid's schedule table (PERSISTENT_CAUSAL, not a default yet)
+    (128, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True}),
     # O staged apart from Q (SEPARATE_O, not a default yet: at d128 it needs 2 stages)
     (64, torch.bfloat16, {"SEPARATE_O=1": True, "HAS_RIGHT": True, "REVERSE_M": True}),
     # the FP8 forward (IS_FP8: e4m3 inputs, P through shared memory)
@@ -169,20 +169,44 @@ def test_auto_and_default_tiles_per_head_dim():
 
 def test_forward_grid_choice():
     # host-side: a persistent grid without a right window edge, one head after another; causal calls keep one
-    # program per item in L2 sections, unless PERSISTENT_CAUSAL (then persistent, longest first in snake rounds);
-    # the keys leave the tuning
+    # program per item in L2 sections, unless PERSISTENT_CAUSAL and dense (then persistent, with a schedule
+    # table); the keys leave the tuning
     from flashattn2.kernels.sm90.forward import CONFIGS, grid_choice
 
     for head_dim in CONFIGS:
-        for right_edge, persistent_causal, expected in ((False, False, (True, "heads")),
-                                                        (True, False, (False, "sections")),
-                                                        (True, True, (True, "longest")),
-                                                        (False, True, (True, "heads"))):
+        for right_edge, persistent_causal, varlen, expected in ((False, False, False, (True, "heads")),
+                                                                (True, False, False, (False, "sections")),
+                                                                (True, True, False, (True, "scheduled")),
+                                                                (True, True, True, (False, "sections")),
+                                                                (False, True, True, (True, "heads"))):
             tuning = dict(CONFIGS[head_dim], PERSISTENT_CAUSAL=persistent_causal)
-            assert grid_choice(tuning, right_edge) == expected
+            assert grid_choice(tuning, right_edge, varlen) == expected
             assert "PERSISTENT" not in tuning and "PERSISTENT_CAUSAL" not in tuning
     assert grid_choice(dict(PERSISTENT=False, PERSISTENT_CAUSAL=True), True) == (False, "sections")
     assert grid_choice(dict(PERSISTENT=False), False) == (False, "sections")
+
+
+def test_schedule_gives_every_item_once_and_balances_the_programs():
+    # host-side: the persistent causal grid's table (schedule_items over causal_walk_costs) holds every item of
+    # the walk once, in walk order per program, and no program's cost exceeds the mean by more than one item's
+    import numpy as np
+
+    from flashattn2.kernels.params import AttnOptions
+    from flashattn2.kernels.sm90.forward import causal_walk_costs, schedule_items
+
+    causal = AttnOptions(softmax_scale=1.0, window_right=0)
+    for num_blocks, num_bh, section, programs in ((4, 512, 32, 132), (128, 16, 1, 132), (8, 10, 4, 7)):
+        seqlen = num_blocks * 128 - 40  # a cut last tile
+        costs = causal_walk_costs(num_blocks, num_bh, section, seqlen, seqlen, causal, 128)
+        assert costs.max() == num_blocks + 1 and costs.min() == 2  # the longest tile first; one for the prologue
+        table = schedule_items(costs, programs)
+        offsets, items = table[:programs + 1], table[programs + 1:]
+        assert offsets[0] == 0 and offsets[-1] == len(items) == len(costs)
+        assert sorted(items.tolist()) == list(range(len(costs)))
+        rows = [items[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        loads = [costs[row].sum() for row in rows]
+        assert all(np.all(np.diff(row) > 0) for row in rows)
+        assert max(loads) - costs.sum() / programs <= costs.max()
 
 
 def test_auto_backward_per_head_dim_length_and_determinism():
@@ -562,10 +586,10 @@ def test_l2_sections_change_only_the_order_fp8(head_dim, monkeypatch):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("programs", [7, 64])
-@pytest.mark.parametrize("case", ["d64", "d128", "d256", "d128-packed", "d128-fp8"])
+@pytest.mark.parametrize("case", ["d64", "d128", "d256", "d128-window", "d128-fp8"])
 def test_persistent_causal_walk_changes_only_the_order(case, programs, monkeypatch):
-    # PERSISTENT_CAUSAL: a few programs walk every item longest first in snake rounds (7 programs: the last round
-    # partial and mirrored); every item computes as on the one-program-per-item grid, bit for bit
+    # PERSISTENT_CAUSAL: a few programs take the items of the schedule table (7 programs: several items each,
+    # unequal counts); every item computes as on the one-program-per-item grid, bit for bit
     from flashattn2 import quantize_fp8
     from flashattn2.kernels.sm90 import forward as fwd_sm90
 
@@ -573,15 +597,12 @@ def test_persistent_causal_walk_changes_only_the_order(case, programs, monkeypat
     torch.manual_seed(5)
     q, k, v = (randn(2, 1000, 5, head_dim, dtype=torch.bfloat16) for _ in range(3))
     kwargs = dict(causal=True)
-    fn = flash_attn_func
     if case.endswith("fp8"):
         q, k, v, qd, kd, vd = quantize_fp8(q, k, v)
         kwargs.update(q_descale=qd, k_descale=kd, v_descale=vd)
-    if case.endswith("packed"):
-        q, k, v = (x.flatten(0, 1)[:1700] for x in (q, k, v))
-        cu = torch.tensor([0, 300, 1700], dtype=torch.int32, device=q.device)
-        fn = flash_attn_varlen_func
-        kwargs.update(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=1400, max_seqlen_k=1400)
+    if case.endswith("window"):
+        kwargs.update(window_size=(300, 0))
+        k, v = (torch.cat([x, x[:, :200]], 1) for x in (k, v))  # more keys than queries
     real = torch.cuda.get_device_properties
 
     class Props:  # the GPU's own, but for the number of SMs the persistent grid takes
@@ -600,9 +621,9 @@ def test_persistent_causal_walk_changes_only_the_order(case, programs, monkeypat
             configs = getattr(fwd_sm90, name)
             monkeypatch.setattr(fwd_sm90, name, {d: dict(c, PERSISTENT_CAUSAL=on) for d, c in configs.items()})
         flashattn2.set_backend("gluon")  # drops the plans made with the other walk
-        results[on] = fn(q, k, v, return_attn_probs=True, **kwargs)[:2]
+        results[on] = flash_attn_func(q, k, v, return_attn_probs=True, **kwargs)[:2]
         plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
-        named[on] = (plan.attend.grid[0], plan.attend.named["SNAKE"])
+        named[on] = (plan.attend.grid[0], plan.schedule is not None)
     flashattn2.set_backend(backends._checked(os.environ.get("FLASHATTN2_BACKEND", "auto")))
     assert named[True] == (programs, True) and named[False][1] is False and named[False][0] > programs
     for off, on in zip(results[False], results[True], strict=True):

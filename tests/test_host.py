@@ -286,9 +286,12 @@ def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
     tuning = dict(PERSISTENT_CAUSAL=True) if mode == "persistent-causal" else None
     out, lse, _ = fwd_sm90.Sm90ForwardPlan(q, k, v, opts, tuning)(q, k, v, opts, descales)
     assert len(bound) == 1 and bound[0]["Lse"] is lse
-    # the persistent causal grid walks every head longest first in snake rounds: one section of all heads
-    assert (bound[0]["SNAKE"], bound[0]["section"]) == ((True, batch * nheads) if mode == "persistent-causal"
-                                                        else (False, bound[0]["section"]))
+    # the persistent causal grid takes a schedule table: offsets of its programs, then every item once
+    schedule = bound[0]["Schedule"]
+    assert (schedule is not None) == (mode == "persistent-causal")
+    if schedule is not None:
+        programs = 8  # fewer items (8) than SMs
+        assert sorted(schedule[programs + 1:].tolist()) == list(range(8)) and schedule[programs] == 8
     if mode == "fp8":
         return
     dq_acc = torch.zeros(q.shape, dtype=torch.float32)

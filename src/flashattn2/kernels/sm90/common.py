@@ -27,9 +27,9 @@ class WorkGrid:
     """A launch's work items and what places one, as one argument of the kernels' partitions: `num_tiles`
     (block, batch x head) items of `num_blocks` blocks each, walked in sections of `section` heads
     (device/tile_order.py); `heads` per batch entry (the kv heads in the backward), `group` query heads per kv
-    head; the sequences' lengths and bounds (packed batches: cu_seqlens) and the window; `snake` (constexpr): a
-    persistent grid's programs take every other round in the opposite direction. A new per-launch value is one
-    field here and its use."""
+    head; the sequences' lengths and bounds (packed batches: cu_seqlens) and the window; `schedule`: None (program i
+    takes items i, i + grid, ...) or a host-made table of each program's items (forward.schedule_items). A new
+    per-launch value is one field here and its use."""
     num_blocks: _SCALAR
     num_tiles: _SCALAR
     section: _SCALAR
@@ -43,11 +43,12 @@ class WorkGrid:
     total_k: _SCALAR
     window_left: _SCALAR
     window_right: _SCALAR
-    snake: gl.constexpr
+    schedule: _SCALAR
+    scheduled: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, num_blocks, num_tiles, section, heads, group, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k,
-                 total_q, total_k, window_left, window_right, snake=False):
+                 total_q, total_k, window_left, window_right, schedule=None):
         self.num_blocks = _value(num_blocks)
         self.num_tiles = _value(num_tiles)
         self.section = _value(section)
@@ -61,21 +62,26 @@ class WorkGrid:
         self.total_k = _value(total_k)
         self.window_left = _value(window_left)
         self.window_right = _value(window_right)
-        self.snake = _value(snake)
+        self.schedule = _value(schedule)
+        self.scheduled = gl.constexpr(not (isinstance(self.schedule, gl.constexpr) and self.schedule.value is None))
 
     @gluon.jit
-    def walk(self, tile):
-        """The item a program takes at its loop's `tile` (range(program_id, num_tiles, num_programs)): `tile`, or
-        with `snake` the mirror of it in its round on odd rounds. Over a walk whose items get cheaper (causal,
-        longest first), program 0 would otherwise take the dearest item of every round; mirrored rounds keep
-        every program's sum within one round's spread."""
-        if self.snake:
-            n = gl.num_programs(0)
-            first = tile - tile % n
-            if (tile // n) % 2 == 1:
-                # the last round may be partial: mirror within the items it holds
-                tile = first + gl.minimum(n, self.num_tiles - first) - 1 - (tile - first)
-        return tile
+    def steps(self):
+        """This program's loop over its items, as range() bounds: items i, i + grid, ... without a schedule;
+        with one, its row of the table (CSR: programs + 1 offsets, then the items)."""
+        pid = gl.program_id(0)
+        if self.scheduled:
+            return gl.load(self.schedule + pid), gl.load(self.schedule + pid + 1), 1
+        else:
+            return pid, self.num_tiles, gl.num_programs(0)
+
+    @gluon.jit
+    def walk(self, step):
+        """The item of a loop step of steps()."""
+        if self.scheduled:
+            return gl.load(self.schedule + gl.num_programs(0) + 1 + step)
+        else:
+            return step
 
     @gluon.jit
     def item(self, tile, BLOCK: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr):

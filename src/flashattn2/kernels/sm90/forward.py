@@ -23,6 +23,9 @@ Masks, score transforms, block ranges and sequence bounds are the portable kerne
 helpers (they compile inside Gluon), so both backends share one definition of every option.
 """
 
+import heapq
+
+import numpy as np
 import torch
 
 from .. import common
@@ -60,8 +63,9 @@ BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 # sections of heads whose K and V fit in 1/L2_SECTIONS of L2 (device/tile_order.py); 0: one head after another.
 # Causal bf16 512-8k: d128 (a quarter) -1% to +5%, d256 (half) -1% to +8%; FP8 2k-16k: d128 (a quarter) +3% to
 # +6%, d256 -2% to +3% (kept off) (2026-11-24); d64 (a quarter) within 2% (kept off).
-# PERSISTENT_CAUSAL: a persistent grid for calls with a right window edge too (grid_choice's "longest" walk). Over
-# the sectioned walk it lost 25-30% from 1k tokens (d128, H100, 2026-11-24); the snake walk: see NOTES.md.
+# PERSISTENT_CAUSAL: a persistent grid for dense calls with a right window edge too (grid_choice's "scheduled"
+# walk). With a static stride over the sectioned walk it lost 25-30% from 1k tokens (d128, H100, 2026-11-24), and
+# over every head's longest items first in snake rounds (no L2 sections) 8-26% at 512-4k: NOTES.md.
 # SEPARATE_O: O staged in its own buffer (32 KB at d128: 2 stages there), so that the consumers free Q when their
 # last S retired and the producer loads the next item's Q under this one's epilogue; with the sectioned persistent
 # walk it changed nothing measurable (d128, 2 stages).
@@ -113,19 +117,54 @@ def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
     return {**CONFIGS_FP8[head_dim], **causal}
 
 
-def grid_choice(tuning: dict, right_edge: bool) -> tuple[bool, str]:
+def grid_choice(tuning: dict, right_edge: bool, varlen: bool = False) -> tuple[bool, str]:
     """(a persistent grid, the walk of its items) for a call, popping the tuning's PERSISTENT and
     PERSISTENT_CAUSAL. Calls with a right window edge (causal) keep one program per item unless
-    PERSISTENT_CAUSAL. The walks (device/tile_order.py):
-    - "sections": one program per item, L2 sections of heads (the hardware hands out items as programs end);
+    PERSISTENT_CAUSAL and dense. The walks (device/tile_order.py):
+    - "sections": one program per item, in L2 sections of heads (the hardware hands out items as programs end);
     - "heads": a persistent grid over items that cost alike, one head after another;
-    - "longest": a persistent causal grid, every head's longest items first, in snake rounds (WorkGrid.walk):
-      a static stride over sections, whose costs saw-tooth head by head, left programs 1.5x apart (NOTES.md)."""
+    - "scheduled": a persistent causal grid over the sectioned walk, each program taking the items
+      schedule_items() gives it. A static stride over that walk, whose costs saw-tooth head by head, left
+      programs 1.5x apart (NOTES.md); packed batches' costs are on the device, so they keep "sections"."""
     persistent_causal = tuning.pop("PERSISTENT_CAUSAL", False)
-    persistent = tuning.pop("PERSISTENT") and (not right_edge or persistent_causal)
+    persistent = tuning.pop("PERSISTENT") and (not right_edge or (persistent_causal and not varlen))
     if not persistent:
         return False, "sections"
-    return True, "longest" if right_edge else "heads"
+    return True, "scheduled" if right_edge else "heads"
+
+
+def schedule_items(costs: np.ndarray, programs: int) -> np.ndarray:
+    """Items 0..n-1 of a walk, each given to the program that would be free first if item i cost costs[i] (a
+    dynamic scheduler's order, longest-processing-time style, worked out once per plan on the host), as one int32
+    table: programs + 1 offsets, then every program's items in walk order."""
+    loads = [(0.0, p) for p in range(programs)]
+    owner = np.empty(len(costs), dtype=np.int64)
+    for i, cost in enumerate(costs.tolist()):
+        load, p = heapq.heappop(loads)
+        owner[i] = p
+        heapq.heappush(loads, (load + cost, p))
+    order = np.argsort(owner, kind="stable")  # by program, walk order within one
+    offsets = np.zeros(programs + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=programs), out=offsets[1:])
+    return np.concatenate([offsets, order]).astype(np.int32)
+
+
+def causal_walk_costs(num_blocks: int, num_bh: int, section: int, seqlen_q: int, seqlen_k: int, opts: AttnOptions,
+                      block_n: int) -> np.ndarray:
+    """Each item's cost in the sectioned walk of a dense causal (right-edged) call, longest first: its key tiles
+    (kv_range_for_q_tile's range), plus one for the item's own prologue and epilogue."""
+    tile = np.arange(num_blocks * num_bh)
+    first_bh = tile // (section * num_blocks) * section
+    heads = np.minimum(section, num_bh - first_bh)
+    block = num_blocks - 1 - (tile - first_bh * num_blocks) // heads  # device/tile_order.py, REVERSE_M
+    start = block * BLOCK_M
+    last_row = np.minimum(start + BLOCK_M, seqlen_q) - 1
+    diag = seqlen_k - seqlen_q
+    n_hi = np.clip(last_row + diag + opts.window_right + 1, 0, seqlen_k)
+    n_lo = np.zeros_like(n_hi)
+    if opts.window_left >= 0:
+        n_lo = np.clip(start + diag - opts.window_left, 0, seqlen_k) // block_n * block_n
+    return np.maximum(-(-(n_hi - n_lo) // block_n), 0) + 1
 
 
 @aggregate
@@ -179,7 +218,8 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, BLOCK_N: gl.c
               IS_FP8: gl.constexpr):
     it = 0  # K/V ring slot, counted across work items
     done = 0  # work items finished, for the Q barriers' phases
-    for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
+    first, last, step = grid.steps()
+    for tile in range(first, last, step):
         off_b, off_h, start_m, q_start, n_rows, k_start, _, n_lo, _, _, n_hi = _tile(
             tile, grid, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:  # else a packed sequence shorter than the longest one
@@ -401,7 +441,8 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
     it = 0
     turns = 0
     done = 0
-    for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
+    first, last, step = grid.steps()
+    for tile in range(first, last, step):
         off_b, off_h, start_m, q_start, n_rows, _, n_keys, n_lo, n_full_lo, n_full_hi, n_hi = _tile(
             tile, grid, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:
@@ -456,12 +497,12 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
 @gluon.jit(do_not_specialize=ROW_COUNTS)
 def attention_fwd_sm90_kernel(
     q_desc, k_desc, v_desc, o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale,
-    stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b,
+    Schedule, stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b,
     batch, nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
     softcap_out, section,
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
-    PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr, SNAKE: gl.constexpr,
+    PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -474,7 +515,7 @@ def attention_fwd_sm90_kernel(
     dtype: gl.constexpr = q_desc.dtype
     num_m = gl.cdiv(seqlen_q, 2 * WG_M)
     grid = WorkGrid(num_m, num_m * batch * nheads, section, nheads, group, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
-                    total_q, total_k, window_left, window_right, SNAKE)
+                    total_q, total_k, window_left, window_right, Schedule)
 
     q_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
@@ -564,16 +605,20 @@ class Sm90ForwardPlan:
         block_n = tuning["BLOCK_N"]
         num_tiles = cdiv(seqlen_q, BLOCK_M) * batch * nheads
         section, l2_share = 1, tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
-        persistent, walk = grid_choice(tuning, opts.window_right >= 0)
+        persistent, walk = grid_choice(tuning, opts.window_right >= 0, varlen)
+        items = num_tiles
         if persistent:
             # one program per SM (the shared memory allows no second), each looping over work items
             num_tiles = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
-        if walk == "longest":
-            section = batch * nheads  # one section: block by block over every head
-        elif l2_share and walk == "sections":
+        if l2_share and walk != "heads":
             # a query head's items stream K and V, shared by the heads of its GQA group
             section = l2_section(seqlen_k * head_dim * 2 * q.element_size() * nheads_k // nheads, q.device,
                                  l2_share)
+        self.schedule = None
+        if walk == "scheduled" and items:
+            costs = causal_walk_costs(cdiv(seqlen_q, BLOCK_M), batch * nheads, section, seqlen_q, seqlen_k, opts,
+                                      block_n)
+            self.schedule = torch.from_numpy(schedule_items(costs, num_tiles)).to(q.device)
         self.backward_plans: dict = {}
         # FP8 attention writes bf16, as FlashAttention-3's does
         self.dtype, self.device, self.out_shape = torch.bfloat16 if fp8 else q.dtype, q.device, q.shape
@@ -596,7 +641,7 @@ class Sm90ForwardPlan:
         self.attend = Launch(
             attention_fwd_sm90_kernel, (max(num_tiles, 1), 1, 1),
             (stride_om, stride_oh, lse_sb, lse_sh),
-            dict(named, REVERSE_M=named["HAS_RIGHT"], IS_FP8=fp8, SNAKE=walk == "longest", **tuning),
+            dict(named, REVERSE_M=named["HAS_RIGHT"], IS_FP8=fp8, **tuning),
             num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG))
 
     def __call__(self, q, k, v, opts, descales=(None, None, None)):
@@ -616,24 +661,29 @@ class Sm90ForwardPlan:
             o_desc = descriptor(out, self.q_block, self.q_layout)
         self.attend(descriptor(q, self.q_block, self.q_layout),
                     descriptor(k, self.kv_block, self.kv_layout), v_desc, o_desc, out, lse, cu_q, cu_k,
-                    alibi, *descales)
+                    alibi, *descales, self.schedule)
         return out, lse, None
 
 
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
     """Compile one variant of the kernel for sm_90 without a GPU: CI catches a Gluon API change of a new
     Triton release this way. flags: the kernel's constexpr flags (HAS_LEFT, HAS_RIGHT, IS_VARLEN,
-    HAS_SOFTCAP, HAS_ALIBI, REVERSE_M; False when left out) and CONFIGS' tuning keys. dtype
-    torch.float8_e4m3fn compiles the FP8 variant."""
+    HAS_SOFTCAP, HAS_ALIBI, REVERSE_M; False when left out), CONFIGS' tuning keys, and SCHEDULED (a
+    persistent causal grid's schedule table). dtype torch.float8_e4m3fn compiles the FP8 variant."""
     fp8 = dtype == torch.float8_e4m3fn
     constants = dict((CONFIGS_FP8 if fp8 else CONFIGS)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
-                     IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, SNAKE=False)
+                     IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, Schedule=None)
+    scheduled = flags.pop("SCHEDULED", False)
+    if scheduled:
+        del constants["Schedule"]
     constants.update(flags)
     block_n = constants["BLOCK_N"]
     # launch-grid choices, not kernel flags
     del constants["PERSISTENT"], constants["L2_SECTIONS"], constants["PERSISTENT_CAUSAL"]
     types = dict(Out="*bf16" if fp8 else "*DTYPE", Lse="*fp32", CuSeqlensQ="*i32", CuSeqlensK="*i32",
                  AlibiSlopes="*fp32", qk_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
+    if scheduled:
+        types["Schedule"] = "*i32"
     descriptors = dict(q_desc=64, k_desc=block_n, v_desc=[1, 1, head_dim, block_n] if fp8 else block_n)
     if fp8:
         types.update(QDescale="*fp32", KDescale="*fp32", VDescale="*fp32")
