@@ -151,19 +151,28 @@ def test_auto_keeps_short_fp8_causal_calls_on_triton():
 
 def test_auto_and_default_tiles_per_head_dim():
     # host-side choices, so they run anywhere: bf16 head dims 128 and 256 on Gluon, 64 on Triton (H100 A/B in
-    # benchmarks/NOTES.md); FP8 d128 takes 256-key tiles unless a right window edge (causal) cuts its work items
+    # benchmarks/NOTES.md); FP8 d128 takes 256-key tiles unless a right window edge (causal) cuts its work items;
+    # dense causal calls take the scheduled persistent grid (d128 with O apart and 2 stages), except FP8 d256;
+    # packed causal calls keep CONFIGS' entry
     from flashattn2.kernels.params import AttnOptions
     from flashattn2.kernels.sm90.forward import CONFIGS, CONFIGS_FP8, auto_declines, default_tuning
 
     full, causal = AttnOptions(softmax_scale=1.0), AttnOptions(softmax_scale=1.0, window_right=0)
     local = AttnOptions(softmax_scale=1.0, window_left=100, window_right=20)
+    cu = torch.tensor([0, 300], dtype=torch.int32)
+    packed = causal._replace(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=300, max_seqlen_k=300)
     for head_dim, declined in ((64, True), (128, False), (256, False)):
         q = torch.empty(1, 4096, 1, head_dim, dtype=torch.bfloat16)
         assert (auto_declines(q, full) is not None) == declined
-        assert default_tuning(head_dim, False, causal) == CONFIGS[head_dim]
+        assert default_tuning(head_dim, False, full) == CONFIGS[head_dim]
+        assert default_tuning(head_dim, False, packed) == CONFIGS[head_dim]
+        assert default_tuning(head_dim, False, causal)["PERSISTENT_CAUSAL"]
+        assert default_tuning(head_dim, False, local)["PERSISTENT_CAUSAL"]
+    assert default_tuning(128, False, causal)["STAGES"] == 2 and default_tuning(128, False, causal)["SEPARATE_O"]
     assert default_tuning(128, True, full)["BLOCK_N"] == 256
     assert default_tuning(128, True, causal)["BLOCK_N"] == default_tuning(128, True, local)["BLOCK_N"] == 128
-    assert default_tuning(128, True, causal)["PERSISTENT"] == CONFIGS_FP8[128]["PERSISTENT"]
+    assert default_tuning(128, True, causal)["PERSISTENT_CAUSAL"]
+    assert default_tuning(64, True, causal)["PERSISTENT_CAUSAL"]
     assert default_tuning(256, True, causal) == CONFIGS_FP8[256]
 
 

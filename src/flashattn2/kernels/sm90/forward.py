@@ -63,12 +63,13 @@ BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 # sections of heads whose K and V fit in 1/L2_SECTIONS of L2 (device/tile_order.py); 0: one head after another.
 # Causal bf16 512-8k: d128 (a quarter) -1% to +5%, d256 (half) -1% to +8%; FP8 2k-16k: d128 (a quarter) +3% to
 # +6%, d256 -2% to +3% (kept off) (2026-11-24); d64 (a quarter) within 2% (kept off).
-# PERSISTENT_CAUSAL: a persistent grid for dense calls with a right window edge too (grid_choice's "scheduled"
-# walk). With a static stride over the sectioned walk it lost 25-30% from 1k tokens (d128, H100, 2026-11-24), and
-# over every head's longest items first in snake rounds (no L2 sections) 8-26% at 512-4k: NOTES.md.
+# PERSISTENT_CAUSAL: a persistent grid for dense calls with a right window edge too, each program taking the items
+# a host-made schedule gives it (grid_choice's "scheduled" walk). A static stride over the sectioned walk lost
+# 25-30% from 1k tokens, every head longest first in snake rounds 8-26% at 512-4k; the schedule gained (H100,
+# 2026-11-24, NOTES.md): the CONFIGS_CAUSAL entries below.
 # SEPARATE_O: O staged in its own buffer (32 KB at d128: 2 stages there), so that the consumers free Q when their
-# last S retired and the producer loads the next item's Q under this one's epilogue; with the sectioned persistent
-# walk it changed nothing measurable (d128, 2 stages).
+# last S retired and the producer loads the next item's Q under this one's epilogue (with the schedule, d128 bf16:
+# +2% to +5% over PERSISTENT_CAUSAL alone).
 # Measured choices: benchmarks/NOTES.md.
 # the grid and O-staging keys every entry shares: a persistent grid where items cost alike, the two options above off
 _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False)
@@ -84,13 +85,28 @@ CONFIGS_FP8 = {
     128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, L2_SECTIONS=4, **_GRID),
     256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, L2_SECTIONS=0, **_GRID),
 }
-CONFIGS_FP8_CAUSAL = {128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True)}
+# dense calls with a right window edge (causal), over CONFIGS' entry: the scheduled persistent grid. Against one
+# program per item, d128 causal (SEPARATE_O, 2 stages) 512 / 1k / 2k / 4k / 16k +27 / +19 / +11 / +5 / +3%; d64
+# (SEPARATE_O) +3 / +2 / +14 / +6 / +4%; d256 +5 / +6 / +4 / +1 / +3% (bf16, H100, 2026-11-24)
+CONFIGS_CAUSAL = {
+    64: dict(PERSISTENT_CAUSAL=True, SEPARATE_O=True),
+    128: dict(PERSISTENT_CAUSAL=True, SEPARATE_O=True, STAGES=2),
+    256: dict(PERSISTENT_CAUSAL=True),
+}
+# FP8 causal: d128 keeps 128-key tiles (its work items hold few); the scheduled grid at d64 +42 / +40 / +27 / +19 /
+# +3% and d128 +17 / +20 / +11 / +6 / +2% (512-16k); at d256 it lost 7-12% at 1k-2k, so d256 keeps one program
+# per item
+CONFIGS_FP8_CAUSAL = {
+    64: dict(PERSISTENT_CAUSAL=True),
+    128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True, PERSISTENT_CAUSAL=True),
+}
 # where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md)
 AUTO_HEAD_DIMS = (128, 256)
 AUTO_HEAD_DIMS_FP8 = (64, 128, 256)
 # FP8 causal calls with fewer query rows than this (per head dim) ran faster on the Triton FP8 kernel: their
-# work items hold few key tiles, so this kernel's pipeline fill and drain show (H100, 2026-11-23, NOTES.md)
-AUTO_FP8_CAUSAL_MIN_ROWS = {64: 8192, 128: 2048, 256: 0}
+# work items hold few key tiles, so this kernel's pipeline fill and drain show (H100, NOTES.md). With the scheduled
+# grid (2026-11-24) d64 overtook it from 4k (410 against 384); d128 at 1k is level (346 against 338), at 512 not
+AUTO_FP8_CAUSAL_MIN_ROWS = {64: 4096, 128: 2048, 256: 0}
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
@@ -110,11 +126,11 @@ CONSUMER_REGS = gl.constexpr(232)
 
 
 def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
-    """CONFIGS' entry for a call; FP8 calls with a right window edge (causal) take CONFIGS_FP8_CAUSAL's."""
-    if not fp8:
-        return dict(CONFIGS[head_dim])
-    causal = CONFIGS_FP8_CAUSAL.get(head_dim, {}) if opts.window_right >= 0 else {}
-    return {**CONFIGS_FP8[head_dim], **causal}
+    """CONFIGS' (CONFIGS_FP8's) entry for a call; dense calls with a right window edge (causal) take
+    CONFIGS_CAUSAL's (CONFIGS_FP8_CAUSAL's) changes to it."""
+    configs, causal = (CONFIGS_FP8, CONFIGS_FP8_CAUSAL) if fp8 else (CONFIGS, CONFIGS_CAUSAL)
+    changes = causal.get(head_dim, {}) if opts.window_right >= 0 and not opts.varlen else {}
+    return {**configs[head_dim], **changes}
 
 
 def grid_choice(tuning: dict, right_edge: bool, varlen: bool = False) -> tuple[bool, str]:
@@ -606,6 +622,10 @@ class Sm90ForwardPlan:
         num_tiles = cdiv(seqlen_q, BLOCK_M) * batch * nheads
         section, l2_share = 1, tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
         persistent, walk = grid_choice(tuning, opts.window_right >= 0, varlen)
+        if walk == "scheduled" and q.is_cuda and torch.cuda.is_current_stream_capturing():
+            # the schedule's copy to the GPU cannot be captured: a plan first made in a capture keeps one program
+            # per item (docs/checks.md)
+            persistent, walk = False, "sections"
         items = num_tiles
         if persistent:
             # one program per SM (the shared memory allows no second), each looping over work items
