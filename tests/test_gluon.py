@@ -626,7 +626,7 @@ def test_persistent_causal_walk_changes_only_the_order(case, programs, monkeypat
     monkeypatch.setattr(torch.cuda, "get_device_properties", Props)
     results, named = {}, {}
     for on in (False, True):
-        for name in ("CONFIGS", "CONFIGS_FP8"):
+        for name in ("CONFIGS", "CONFIGS_FP8", "CONFIGS_CAUSAL", "CONFIGS_FP8_CAUSAL"):
             configs = getattr(fwd_sm90, name)
             monkeypatch.setattr(fwd_sm90, name, {d: dict(c, PERSISTENT_CAUSAL=on) for d, c in configs.items()})
         flashattn2.set_backend("gluon")  # drops the plans made with the other walk
