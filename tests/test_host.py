@@ -245,7 +245,7 @@ def test_launch_leaves_out_options_a_kernel_lacks_and_names_unknown_arguments():
         launch.Launch(kernel, (1, 1, 1), (), dict(named, BLOK=16))
 
 
-@pytest.mark.parametrize("mode", ["dense", "causal", "persistent-causal", "varlen", "gqa", "fp8"])
+@pytest.mark.parametrize("mode", ["dense", "causal", "varlen", "varlen-causal", "gqa", "fp8"])
 def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
     # the Gluon kernels run on an H100 only, but their plans' host side (strides, descriptors, grid, argument
     # names) runs anywhere: launch records the call and binds it to the kernel's signature, as Triton would
@@ -273,7 +273,7 @@ def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
     causal = mode.endswith("causal")
     opts = AttnOptions(softmax_scale=head_dim ** -0.5, window_left=-1, window_right=0 if causal else -1)
     descales = (None, None, None)
-    if mode == "varlen":
+    if mode.startswith("varlen"):
         q, k, v = (x.flatten(0, 1) for x in (q, k, v))
         cu = torch.tensor([0, 40, 2 * seqlen], dtype=torch.int32)
         opts = opts._replace(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=seqlen + 56, max_seqlen_k=seqlen + 56)
@@ -283,12 +283,11 @@ def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
         # the V transpose is a Triton kernel; its (batch, heads, head_dim, keys padded to 64) shape is enough here
         monkeypatch.setattr(fwd_sm90, "v_keys_last", lambda v, multiple, relabel: torch.zeros(
             v.shape[0], v.shape[2], v.shape[3], -(-v.shape[1] // multiple) * multiple, dtype=v.dtype))
-    tuning = dict(PERSISTENT_CAUSAL=True) if mode == "persistent-causal" else None
-    out, lse, _ = fwd_sm90.Sm90ForwardPlan(q, k, v, opts, tuning)(q, k, v, opts, descales)
+    out, lse, _ = fwd_sm90.Sm90ForwardPlan(q, k, v, opts)(q, k, v, opts, descales)
     assert len(bound) == 1 and bound[0]["Lse"] is lse
-    # the persistent causal grid takes a schedule table: offsets of its programs, then every item once
+    # a dense causal call's persistent grid takes a schedule table: offsets of its programs, then every item once
     schedule = bound[0]["Schedule"]
-    assert (schedule is not None) == (mode == "persistent-causal")
+    assert (schedule is not None) == (mode == "causal")
     if schedule is not None:
         programs = 8  # fewer items (8) than SMs
         assert sorted(schedule[programs + 1:].tolist()) == list(range(8)) and schedule[programs] == 8
