@@ -57,8 +57,8 @@ from .gluon_api import (
 BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 
 # head dim -> tuning: key-tile rows, K/V ring stages (the stages and the Q tile must fit 227 KB of shared
-# memory), ping-pong of the two consumers, a persistent grid for calls without a right window edge
-# (causal work items differ in cost, and a static round-robin over them lost 28-37% at 16k).
+# memory), ping-pong of the two consumers, a persistent grid (PERSISTENT: items i, i + grid, ... for calls without
+# a right window edge; causal items differ in cost, see PERSISTENT_CAUSAL).
 # L2_SECTIONS (grids of one program per item, causal): items walk query tile by query tile, longest first, over
 # sections of heads whose K and V fit in 1/L2_SECTIONS of L2 (device/tile_order.py); 0: one head after another.
 # Causal bf16 512-8k: d128 (a quarter) -1% to +5%, d256 (half) -1% to +8%; FP8 2k-16k: d128 (a quarter) +3% to
