@@ -641,6 +641,33 @@ def test_persistent_causal_walk_changes_only_the_order(case, programs, monkeypat
 
 @pytest.mark.gpu
 @hopper
+def test_causal_plan_first_made_in_a_capture_keeps_one_program_per_item(monkeypatch):
+    # the schedule table's copy to the GPU cannot be captured: a dense causal forward whose plan is first made
+    # inside a CUDA-graph capture runs one program per item, and replays as eager (docs/checks.md)
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    torch.manual_seed(6)
+    q, k, v = (randn(2, 2000, 10, 128, dtype=torch.bfloat16) for _ in range(3))  # 320 items of 128 rows
+    flashattn2.set_backend("gluon")
+    scheduled = flash_attn_func(q, k, v, causal=True)  # compiles the scheduled variant
+    configs = fwd_sm90.CONFIGS_CAUSAL
+    monkeypatch.setattr(fwd_sm90, "CONFIGS_CAUSAL", {d: dict(c, PERSISTENT_CAUSAL=False) for d, c in configs.items()})
+    flashattn2.set_backend("gluon")
+    eager = flash_attn_func(q, k, v, causal=True)  # compiles the one-program-per-item variant, off the capture
+    monkeypatch.setattr(fwd_sm90, "CONFIGS_CAUSAL", configs)
+    flashattn2.set_backend("gluon")  # drops the plans: the next one is made inside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = flash_attn_func(q, k, v, causal=True)
+    graph.replay()
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    flashattn2.set_backend(backends._checked(os.environ.get("FLASHATTN2_BACKEND", "auto")))
+    assert plan.schedule is None and plan.attend.grid[0] == 320
+    assert torch.equal(captured, eager) and torch.equal(scheduled, eager)
+
+
+@pytest.mark.gpu
+@hopper
 def test_gluon_backward_fuses_dq_unless_deterministic(gluon_backend):
     from flashattn2.kernels.params import AttnOptions
     from flashattn2.kernels.portable import forward
