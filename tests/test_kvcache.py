@@ -258,14 +258,23 @@ def test_varlen_with_block_table_matches_reference():
         assert torch.equal(torch.isinf(lse[:, rows]), torch.isinf(ref_lse[0]))
 
 
-def test_paged_varlen_is_forward_only():
+def test_paged_varlen_runs_forward_with_grad_and_only_its_backward_raises():
+    # flash_attn runs the forward of a paged varlen call whose inputs require grad; only a backward has no kernel
+    torch.manual_seed(3)
     q = randn(4, 2, 32, dtype=torch.bfloat16, requires_grad=True)
-    pool = randn(3, 4, 2, 32, dtype=torch.bfloat16)
+    pool = randn(3, 4, 2, 32, dtype=torch.bfloat16, requires_grad=True)
     cu = torch.tensor([0, 4], dtype=torch.int32, device=DEVICE)
+    cu_k = torch.tensor([0, 6], dtype=torch.int32, device=DEVICE)
     table = torch.tensor([[0, 2]], dtype=torch.int32, device=DEVICE)
-    with pytest.raises(NotImplementedError, match="forward only"):
-        flash_attn_varlen_func(q, pool, pool, cu, torch.tensor([0, 6], dtype=torch.int32, device=DEVICE), 4, 6,
-                               block_table=table)
+    out, lse, _ = flash_attn_varlen_func(q, pool, pool, cu, cu_k, 4, 6, causal=True, block_table=table,
+                                         return_attn_probs=True)
+    with torch.no_grad():
+        ref, ref_lse, _ = flash_attn_varlen_func(q, pool, pool, cu, cu_k, 4, 6, causal=True, block_table=table,
+                                                 return_attn_probs=True)
+    assert out.requires_grad and not lse.requires_grad
+    assert torch.equal(out.detach(), ref) and torch.equal(lse, ref_lse)
+    with pytest.raises(NotImplementedError, match="block_table .* has no backward"):
+        out.float().sum().backward()
     with pytest.raises(NotImplementedError, match="dropout"):
         flash_attn_varlen_func(q.detach(), pool, pool, cu, cu, 4, 4, dropout_p=0.1, block_table=table)
 

@@ -247,16 +247,14 @@ def check_packed(name: str, x: torch.Tensor, ndim: int, count: int, layout: str)
 def check_paged_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                        cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, dropout_p: float,
                        block_table: torch.Tensor, is_fp8: bool = False) -> None:
-    """flash_attn_varlen_func with block_table: forward only, without FP8 or dropout, packed q (total_q, nheads,
-    headdim), k and v page pools (num_blocks, page_block_size, nheads_k, headdim) of one shape with a
-    contiguous last dimension, and block_table an int32 (batch, max_num_blocks_per_seq) on q's device."""
+    """flash_attn_varlen_func with block_table: without FP8 or dropout (a backward through it raises, in
+    interface.py), packed q (total_q, nheads, headdim), k and v page pools (num_blocks, page_block_size, nheads_k,
+    headdim) of one shape with a contiguous last dimension, and block_table an int32 (batch,
+    max_num_blocks_per_seq) on q's device."""
     if is_fp8:
         raise NotImplementedError("FP8 with block_table: use flash_attn_with_kvcache for an FP8 paged cache")
     if dropout_p != 0.0:
         raise NotImplementedError("dropout with block_table: the paged KV cache is for inference (dropout_p=0)")
-    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
-        raise NotImplementedError("block_table (paged KV cache) is forward only: call it under torch.no_grad() "
-                                  "or with tensors that do not require grad")
     for name, x, ndim in (("q", q, 3), ("k", k, 4), ("v", v, 4)):
         if not isinstance(x, torch.Tensor) or x.dim() != ndim:
             layout = "(total_q, nheads, headdim)" if ndim == 3 else "(num_blocks, page_block_size, nheads_k, headdim)"

@@ -260,8 +260,9 @@ def flash_attn_varlen_func(
            of the sequences in the batch, used to index into kv.
         max_seqlen_q: int. Maximum query sequence length in the batch.
         max_seqlen_k: int. Maximum key sequence length in the batch.
-        block_table: (batch_size, max_num_blocks_per_seq), dtype torch.int32: a paged KV cache (forward
-           only). k and v are then the page pools (num_blocks, page_block_size, nheads_k, headdim), any
+        block_table: (batch_size, max_num_blocks_per_seq), dtype torch.int32: a paged KV cache (its forward
+           runs whether or not the inputs require grad; a backward through it raises). k and v are then the page
+           pools (num_blocks, page_block_size, nheads_k, headdim), any
            page_block_size, and sequence i's keys are the first cu_seqlens_k[i + 1] - cu_seqlens_k[i]
            positions of its pages.
         q_descale, k_descale, v_descale: (batch_size, nheads_k), float32, for float8_e4m3fn q, k, v (see
@@ -291,13 +292,34 @@ def flash_attn_varlen_func(
 def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                   window_size, softcap, alibi_slopes, return_attn_probs, block_table):
     """flash_attn_varlen_func over a paged KV cache (checked): the KV-cache kernels with the lengths of
-    cu_seqlens_k."""
+    cu_seqlens_k. Inputs that require grad get an output whose backward raises: the paged kernels have none."""
     opts = attn_options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, causal,
                         window_size, softcap, alibi_slopes, False)
     seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
-    out, lse, _ = kvcache_attention(unit_last_stride(q), k, v, None, None, seqlens_k, None, None, block_table,
-                                    opts, 0)
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+        out, lse = _PagedForwardOnly.apply(q, k, v, seqlens_k, block_table, opts)
+    else:
+        out, lse, _ = kvcache_attention(unit_last_stride(q), k, v, None, None, seqlens_k, None, None, block_table,
+                                        opts, 0)
     return (out, lse, None) if return_attn_probs else out
+
+
+class _PagedForwardOnly(torch.autograd.Function):
+    """The paged varlen forward for inputs that require grad (flash_attn runs it too); a backward through it
+    raises, naming why."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, seqlens_k, block_table, opts):
+        out, lse, _ = kvcache_attention(unit_last_stride(q), k, v, None, None, seqlens_k, None, None, block_table,
+                                        opts, 0)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        raise NotImplementedError("flash_attn_varlen_func with block_table (a paged KV cache) has no backward: "
+                                  "the paged kernels are forward only; pass k and v as packed (total_k, nheads_k, "
+                                  "headdim) tensors to train")
 
 
 def flash_attn_varlen_qkvpacked_func(
