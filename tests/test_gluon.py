@@ -52,8 +52,13 @@ VARIANTS = [
     (256, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
     (256, torch.bfloat16, {"BWD": True, "HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True}),
     (256, torch.bfloat16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True}),
-    # a persistent causal grid's schedule table (PERSISTENT_CAUSAL, not a default yet)
+    # a persistent causal grid's schedule table (the default for dense causal calls)
     (128, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True}),
+    # three consumer warpgroups, 192-row items (CONSUMERS=3, not a default yet)
+    # (24 and 256 bytes of spills at 160 registers a consumer, triton 3.6's ptxas)
+    (64, torch.bfloat16, {"THREE_CONSUMERS": True, "MAY_SPILL": True}),
+    (64, torch.float16, {"THREE_CONSUMERS": True, "HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True,
+                         "MAY_SPILL": True}),
     # O staged apart from Q (SEPARATE_O, not a default yet: at d128 it needs 2 stages)
     (64, torch.bfloat16, {"SEPARATE_O=1": True, "HAS_RIGHT": True, "REVERSE_M": True}),
     # the FP8 forward (IS_FP8: e4m3 inputs, P through shared memory)
@@ -206,7 +211,7 @@ def test_schedule_gives_every_item_once_and_balances_the_programs():
     causal = AttnOptions(softmax_scale=1.0, window_right=0)
     for num_blocks, num_bh, section, programs in ((4, 512, 32, 132), (128, 16, 1, 132), (8, 10, 4, 7)):
         seqlen = num_blocks * 128 - 40  # a cut last tile
-        costs = causal_walk_costs(num_blocks, num_bh, section, seqlen, seqlen, causal, 128)
+        costs = causal_walk_costs(num_blocks, num_bh, section, seqlen, seqlen, causal, 128, 128)
         assert costs.max() == num_blocks + 1 and costs.min() == 2  # the longest tile first; one for the prologue
         table = schedule_items(costs, programs)
         offsets, items = table[:programs + 1], table[programs + 1:]
@@ -342,6 +347,30 @@ def test_gluon_forward_stress(dtype, shape, gluon_backend):
     assert attention_backend(q, k, v, **options).forward == "gluon-sm90"
     out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
     check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("shape", [s for s in STRESS if s[5] == 64] + [(2, 1000, 1000, 4, 2, 64, {"causal": True}),
+                                                                    (1, 385, 600, 2, 2, 64, {})],
+                         ids=lambda s: "x".join(map(str, s[:6])) + "-" + "-".join(s[6]))
+def test_gluon_forward_three_consumers(shape, gluon_backend, monkeypatch):
+    # CONSUMERS=3 (192-row items, FlashAttention-3's d64 tile): both grids (gluon_backend), causal calls on the
+    # schedule, against float64; packed batches too
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    three = dict(fwd_sm90.CONFIGS[64], CONSUMERS=3, PINGPONG=False)
+    monkeypatch.setattr(fwd_sm90, "CONFIGS", {**fwd_sm90.CONFIGS, 64: three})
+    flashattn2.set_backend("gluon")
+    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    assert plan.attend.named["CONSUMERS"] == 3
+    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
+    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(7, head_dim=64)
+    out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                         return_attn_probs=True)
+    check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
 
 
 @pytest.mark.gpu

@@ -54,8 +54,6 @@ from .gluon_api import (
     warpgroup_mma_wait,
 )
 
-BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
-
 # head dim -> tuning: key-tile rows, K/V ring stages (the stages and the Q tile must fit 227 KB of shared
 # memory), ping-pong of the two consumers, a persistent grid (PERSISTENT: items i, i + grid, ... for calls without
 # a right window edge; causal items differ in cost, see PERSISTENT_CAUSAL).
@@ -71,8 +69,10 @@ BLOCK_M = 2 * 64  # query rows per program: two consumer warpgroups
 # last S retired and the producer loads the next item's Q under this one's epilogue (with the schedule, d128 bf16:
 # +2% to +5% over PERSISTENT_CAUSAL alone).
 # Measured choices: benchmarks/NOTES.md.
-# the grid and O-staging keys every entry shares: a persistent grid where items cost alike, the two options above off
-_GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False)
+# CONSUMERS: MMA warpgroups of 64 query rows each (a work item's rows: 64 x CONSUMERS). 3 is FlashAttention-3's d64
+# tile (192 rows); without ping-pong or FP8, and with less registers each (CONSUMER_REGS); not yet measured.
+# the keys every entry shares: a persistent grid where items cost alike, the options above off, two consumers
+_GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2)
 CONFIGS = {
     64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, L2_SECTIONS=0, **_GRID),
     128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, L2_SECTIONS=4, **_GRID),
@@ -120,9 +120,11 @@ def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
         # its second exp2 and division per score cost this kernel more (0.82-0.87 -> 0.90 ms, NOTES.md)
         return "softcap: the Triton forward is faster"
     return None
-# registers: the launch cap, and the consumers' share after setmaxnreg (the producer gives its up)
-MAXNREG = 168
+# registers by number of consumers: the launch cap (65536 per SM over the program's threads), and the consumers'
+# share after setmaxnreg (the producer gives its up)
+MAXNREG = {2: 168, 3: 128}
 CONSUMER_REGS = gl.constexpr(232)
+CONSUMER_REGS_OF_3 = gl.constexpr(160)
 
 
 def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
@@ -166,15 +168,15 @@ def schedule_items(costs: np.ndarray, programs: int) -> np.ndarray:
 
 
 def causal_walk_costs(num_blocks: int, num_bh: int, section: int, seqlen_q: int, seqlen_k: int, opts: AttnOptions,
-                      block_n: int) -> np.ndarray:
+                      block_m: int, block_n: int) -> np.ndarray:
     """Each item's cost in the sectioned walk of a dense causal (right-edged) call, longest first: its key tiles
     (kv_range_for_q_tile's range), plus one for the item's own prologue and epilogue."""
     tile = np.arange(num_blocks * num_bh)
     first_bh = tile // (section * num_blocks) * section
     heads = np.minimum(section, num_bh - first_bh)
     block = num_blocks - 1 - (tile - first_bh * num_blocks) // heads  # device/tile_order.py, REVERSE_M
-    start = block * BLOCK_M
-    last_row = np.minimum(start + BLOCK_M, seqlen_q) - 1
+    start = block * block_m
+    last_row = np.minimum(start + block_m, seqlen_q) - 1
     diag = seqlen_k - seqlen_q
     n_hi = np.clip(last_row + diag + opts.window_right + 1, 0, seqlen_k)
     n_lo = np.zeros_like(n_hi)
@@ -216,15 +218,15 @@ class FwdSmem:
 
 
 @gluon.jit
-def _tile(tile, grid: WorkGrid, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-          IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr):
+def _tile(tile, grid: WorkGrid, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr,
+          HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr):
     """Where work item `tile` lies: (batch, head, first query row, the sequence's bounds, key ranges).
     Items run query tile by query tile over sections of grid.section (batch, head) pairs whose K and V fit in L2
     (device/tile_order.py), so programs running together share them; REVERSE_M (causal) takes the longest
     rows first, so short ones fill the last wave."""
-    start_m, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k = grid.item(tile, 2 * WG_M, REVERSE_M, IS_VARLEN)
+    start_m, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k = grid.item(tile, BLOCK_M, REVERSE_M, IS_VARLEN)
     n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, grid.window_left,
-                                                           grid.window_right, 2 * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+                                                           grid.window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     return off_b, off_h, start_m, q_start, seqlen_q, k_start, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi
 
 
@@ -232,20 +234,21 @@ def _tile(tile, grid: WorkGrid, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr, H
 def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr,
               IS_FP8: gl.constexpr):
+    CONSUMERS: gl.constexpr = sm.q.shape[0]  # one Q stage each
     it = 0  # K/V ring slot, counted across work items
     done = 0  # work items finished, for the Q barriers' phases
     first, last, step = grid.steps()
     for tile in range(first, last, step):
         off_b, off_h, start_m, q_start, n_rows, k_start, _, n_lo, _, _, n_hi = _tile(
-            tile, grid, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+            tile, grid, CONSUMERS * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
             off_hk = off_h // grid.group
             # the consumers free the Q stage (it also stages their O) when their output is out
             mbarrier.wait(sm.q_empty, (done & 1) ^ 1)
-            mbarrier.expect(sm.q_bar, 2 * q_desc.block_type.nbytes)
-            tma_load(q_desc, [tma_b, q_start + start_m, off_h, 0], sm.q_bar, sm.q.index(0))
-            tma_load(q_desc, [tma_b, q_start + start_m + WG_M, off_h, 0], sm.q_bar, sm.q.index(1))
+            mbarrier.expect(sm.q_bar, CONSUMERS * q_desc.block_type.nbytes)
+            for w in gl.static_range(CONSUMERS):
+                tma_load(q_desc, [tma_b, q_start + start_m + w * WG_M, off_h, 0], sm.q_bar, sm.q.index(w))
             for start_n in range(n_lo, n_hi, BLOCK_N):
                 stage = it % STAGES
                 # a fresh barrier counts as having completed the phase before 0: the first pass does not wait
@@ -454,13 +457,14 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
     # FP8's P carries 2**8 (softmax.online_softmax_update)
     P_SHIFT: gl.constexpr = 8.0 if IS_FP8 else 0.0
     q_tile = sm.q.index(WG).reshape([WG_M, BLOCK_D])
+    CONSUMERS: gl.constexpr = sm.q.shape[0]
     it = 0
     turns = 0
     done = 0
     first, last, step = grid.steps()
     for tile in range(first, last, step):
         off_b, off_h, start_m, q_start, n_rows, _, n_keys, n_lo, n_full_lo, n_full_hi, n_hi = _tile(
-            tile, grid, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+            tile, grid, CONSUMERS * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:
             alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
             tile_scale = qk_scale
@@ -518,22 +522,22 @@ def attention_fwd_sm90_kernel(
     softcap_out, section,
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
-    PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr,
+    PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr, CONSUMERS: gl.constexpr,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
     (1, rows, 1, head_dim) blocks; packed inputs come as (1, total, heads, head_dim) views.
 
-    The work items are the (128-row query tile, batch x head) pairs; program i takes items i, i + grid,
+    The work items are the (64 x CONSUMERS-row query tile, batch x head) pairs; program i takes items i, i + grid,
     ... (a persistent grid when the launch is smaller than the work: the producer then loads the next
     item's tiles while the consumers finish the last one's output)."""
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
-    num_m = gl.cdiv(seqlen_q, 2 * WG_M)
+    num_m = gl.cdiv(seqlen_q, CONSUMERS * WG_M)
     grid = WorkGrid(num_m, num_m * batch * nheads, section, nheads, group, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
                     total_q, total_k, window_left, window_right, Schedule)
 
-    q_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, WG_M, 1, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
     if IS_FP8:
         # V^T tiles: v_desc is over (batch, heads, head_dim, keys); P: two buffers per consumer
@@ -551,34 +555,50 @@ def attention_fwd_sm90_kernel(
     kv_empty = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
-    mbarrier.init(q_empty, count=2)
+    mbarrier.init(q_empty, count=CONSUMERS)
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=2)
-        mbarrier.init(kv_empty.index(STAGES + i), count=2)
+        mbarrier.init(kv_empty.index(i), count=CONSUMERS)
+        mbarrier.init(kv_empty.index(STAGES + i), count=CONSUMERS)
 
     if SEPARATE_O and not (IS_VARLEN or IS_FP8):  # the others store O from registers
-        o_smem = gl.allocate_shared_memory(dtype, [2, 1, WG_M, 1, BLOCK_D], o_desc.layout)
+        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, WG_M, 1, BLOCK_D], o_desc.layout)
     else:
         o_smem = q_smem
     sm = FwdSmem(q_smem, k_smem, v_smem, o_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn)
-    gl.warp_specialize([
-        (_producer, (q_desc, k_desc, v_desc, sm, grid, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M,
-                     IS_FP8)),
-        (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2, softcap_out,
-                     BLOCK_N, BLOCK_D, STAGES,
-                     HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8,
-                     SEPARATE_O)),
-        (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                     stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2, softcap_out,
-                     BLOCK_N, BLOCK_D, STAGES,
-                     HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8,
-                     SEPARATE_O)),
-    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+    if CONSUMERS == 3:  # no ping-pong, no FP8 (the plan checks): the third consumer shares the first's P buffer
+        gl.warp_specialize([
+            (_producer, (q_desc, k_desc, v_desc, sm, grid, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
+                         REVERSE_M, IS_FP8)),
+            (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
+                         softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
+                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O)),
+            (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
+                         softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
+                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O)),
+            (_consumer, (2, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
+                         softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
+                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O)),
+        ], [4, 4, 4], [CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3])
+    else:
+        gl.warp_specialize([
+            (_producer, (q_desc, k_desc, v_desc, sm, grid, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
+                         REVERSE_M, IS_FP8)),
+            (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
+                         softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
+                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O)),
+            (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
+                         softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
+                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O)),
+        ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(q_bar)
     mbarrier.invalidate(q_empty)
@@ -618,8 +638,11 @@ class Sm90ForwardPlan:
         varlen = opts.varlen
         self.fp8 = fp8 = q.dtype == torch.float8_e4m3fn
         tuning = {**default_tuning(head_dim, fp8, opts), **(tuning or {})}
-        block_n = tuning["BLOCK_N"]
-        num_tiles = cdiv(seqlen_q, BLOCK_M) * batch * nheads
+        block_n, consumers = tuning["BLOCK_N"], tuning["CONSUMERS"]
+        if consumers == 3 and (fp8 or tuning["PINGPONG"]):
+            raise ValueError("CONSUMERS=3 takes neither FP8 nor ping-pong (PINGPONG)")
+        block_m = consumers * int(WG_M)
+        num_tiles = cdiv(seqlen_q, block_m) * batch * nheads
         section, l2_share = 1, tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
         persistent, walk = grid_choice(tuning, opts.window_right >= 0, varlen)
         if walk == "scheduled" and q.is_cuda and torch.cuda.is_current_stream_capturing():
@@ -636,8 +659,8 @@ class Sm90ForwardPlan:
                                  l2_share)
         self.schedule = None
         if walk == "scheduled" and items:
-            costs = causal_walk_costs(cdiv(seqlen_q, BLOCK_M), batch * nheads, section, seqlen_q, seqlen_k, opts,
-                                      block_n)
+            costs = causal_walk_costs(cdiv(seqlen_q, block_m), batch * nheads, section, seqlen_q, seqlen_k, opts,
+                                      block_m, block_n)
             self.schedule = torch.from_numpy(schedule_items(costs, num_tiles)).to(q.device)
         self.backward_plans: dict = {}
         # FP8 attention writes bf16, as FlashAttention-3's does
@@ -662,7 +685,7 @@ class Sm90ForwardPlan:
             attention_fwd_sm90_kernel, (max(num_tiles, 1), 1, 1),
             (stride_om, stride_oh, lse_sb, lse_sh),
             dict(named, REVERSE_M=named["HAS_RIGHT"], IS_FP8=fp8, **tuning),
-            num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG))
+            num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG[consumers]))
 
     def __call__(self, q, k, v, opts, descales=(None, None, None)):
         """descales: FP8's (q, k, v) factors, contiguous (batch, nheads_k) fp32."""
@@ -688,12 +711,15 @@ class Sm90ForwardPlan:
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
     """Compile one variant of the kernel for sm_90 without a GPU: CI catches a Gluon API change of a new
     Triton release this way. flags: the kernel's constexpr flags (HAS_LEFT, HAS_RIGHT, IS_VARLEN,
-    HAS_SOFTCAP, HAS_ALIBI, REVERSE_M; False when left out), CONFIGS' tuning keys, and SCHEDULED (a
-    persistent causal grid's schedule table). dtype torch.float8_e4m3fn compiles the FP8 variant."""
+    HAS_SOFTCAP, HAS_ALIBI, REVERSE_M; False when left out), CONFIGS' tuning keys, SCHEDULED (a
+    persistent causal grid's schedule table) and THREE_CONSUMERS (CONSUMERS=3). dtype torch.float8_e4m3fn
+    compiles the FP8 variant."""
     fp8 = dtype == torch.float8_e4m3fn
     constants = dict((CONFIGS_FP8 if fp8 else CONFIGS)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, Schedule=None)
     scheduled = flags.pop("SCHEDULED", False)
+    if flags.pop("THREE_CONSUMERS", False):
+        constants.update(CONSUMERS=3, PINGPONG=False)
     if scheduled:
         del constants["Schedule"]
     constants.update(flags)
@@ -711,4 +737,5 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
     else:
         descriptors["o_desc"] = 64
         constants.update(QDescale=None, KDescale=None, VDescale=None)
-    return compile_gluon(attention_fwd_sm90_kernel, dtype, head_dim, descriptors, types, constants, MAXNREG)
+    return compile_gluon(attention_fwd_sm90_kernel, dtype, head_dim, descriptors, types, constants,
+                         MAXNREG[constants["CONSUMERS"]])
