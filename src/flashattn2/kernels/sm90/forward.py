@@ -187,11 +187,11 @@ def causal_walk_costs(num_blocks: int, num_bh: int, section: int, seqlen_q: int,
 
 @aggregate
 class FwdSmem:
-    """A program's shared memory, as one argument of its partitions: the two consumers' Q halves, the ring of K
-    and V stages, their O halves for the TMA store (the Q halves themselves unless SEPARATE_O); and the barriers
-    (q_bar / q_empty: Q loaded / free; k_ready, v_ready: a stage's K, its V; kv_empty: a stage's K, then its V,
-    released by both consumers; turn: the ping-pong between the consumers). P's buffers (FP8) are each
-    consumer's own."""
+    """A program's shared memory, as one argument of its partitions: the consumers' Q parts (one each: their
+    number is q.shape[0]), the ring of K and V stages, their O parts for the TMA store (the Q parts themselves
+    unless SEPARATE_O); and the barriers (q_bar / q_empty: Q loaded / free; k_ready, v_ready: a stage's K, its V;
+    kv_empty: a stage's K, then its V, released by every consumer; turn: the ping-pong between two
+    consumers). P's buffers (FP8) are each consumer's own."""
     q: gl.shared_memory_descriptor
     k: gl.shared_memory_descriptor
     v: gl.shared_memory_descriptor
