@@ -285,6 +285,10 @@ def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
             v.shape[0], v.shape[2], v.shape[3], -(-v.shape[1] // multiple) * multiple, dtype=v.dtype))
     out, lse, _ = fwd_sm90.Sm90ForwardPlan(q, k, v, opts)(q, k, v, opts, descales)
     assert len(bound) == 1 and bound[0]["Lse"] is lse
+    if mode == "causal":  # past MAX_SCHEDULED_ITEMS work items, one program per item and no schedule
+        monkeypatch.setattr(fwd_sm90, "MAX_SCHEDULED_ITEMS", 7)
+        fwd_sm90.Sm90ForwardPlan(q, k, v, opts)(q, k, v, opts, descales)
+        assert bound.pop()["Schedule"] is None
     # a dense causal call's persistent grid takes a schedule table: offsets of its programs, then every item once
     schedule = bound[0]["Schedule"]
     assert (schedule is not None) == (mode == "causal")

@@ -151,6 +151,10 @@ def grid_choice(tuning: dict, right_edge: bool, varlen: bool = False) -> tuple[b
     return True, "scheduled" if right_edge else "heads"
 
 
+# the most work items a plan schedules on the host (schedule_items: about 0.1 s per 131k items, once per plan)
+MAX_SCHEDULED_ITEMS = 1 << 20
+
+
 def schedule_items(costs: np.ndarray, programs: int) -> np.ndarray:
     """Items 0..n-1 of a walk, each given to the program that would be free first if item i cost costs[i] (a
     dynamic scheduler's order, longest-processing-time style, worked out once per plan on the host), as one int32
@@ -645,9 +649,10 @@ class Sm90ForwardPlan:
         num_tiles = cdiv(seqlen_q, block_m) * batch * nheads
         section, l2_share = 1, tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
         persistent, walk = grid_choice(tuning, opts.window_right >= 0, varlen)
-        if walk == "scheduled" and q.is_cuda and torch.cuda.is_current_stream_capturing():
-            # the schedule's copy to the GPU cannot be captured: a plan first made in a capture keeps one program
-            # per item (docs/checks.md)
+        if walk == "scheduled" and (num_tiles > MAX_SCHEDULED_ITEMS or
+                                    q.is_cuda and torch.cuda.is_current_stream_capturing()):
+            # the schedule's copy to the GPU cannot be captured, and its making takes about 0.7 s a million items:
+            # such plans keep one program per item (docs/checks.md)
             persistent, walk = False, "sections"
         items = num_tiles
         if persistent:
