@@ -67,12 +67,13 @@ from .gluon_api import (
 # 2026-11-24, NOTES.md): the CONFIGS_CAUSAL entries below.
 # SEPARATE_O: O staged in its own buffer (32 KB at d128: 2 stages there), so that the consumers free Q when their
 # last S retired and the producer loads the next item's Q under this one's epilogue (with the schedule, d128 bf16:
-# +2% to +5% over PERSISTENT_CAUSAL alone).
+# +2% to +5% over PERSISTENT_CAUSAL alone). ITEM_COST: what the schedule counts for an item's prologue and
+# epilogue, in key tiles (1 measured; not yet swept).
 # Measured choices: benchmarks/NOTES.md.
 # CONSUMERS: MMA warpgroups of 64 query rows each (a work item's rows: 64 x CONSUMERS). 3 is FlashAttention-3's d64
 # tile (192 rows); without ping-pong or FP8, and with less registers each (CONSUMER_REGS); not yet measured.
 # the keys every entry shares: a persistent grid where items cost alike, the options above off, two consumers
-_GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2)
+_GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2, ITEM_COST=1)
 CONFIGS = {
     64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, L2_SECTIONS=0, **_GRID),
     128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, L2_SECTIONS=4, **_GRID),
@@ -172,9 +173,9 @@ def schedule_items(costs: np.ndarray, programs: int) -> np.ndarray:
 
 
 def causal_walk_costs(num_blocks: int, num_bh: int, section: int, seqlen_q: int, seqlen_k: int, opts: AttnOptions,
-                      block_m: int, block_n: int) -> np.ndarray:
+                      block_m: int, block_n: int, item_cost: int = 1) -> np.ndarray:
     """Each item's cost in the sectioned walk of a dense causal (right-edged) call, longest first: its key tiles
-    (kv_range_for_q_tile's range), plus one for the item's own prologue and epilogue."""
+    (kv_range_for_q_tile's range), plus item_cost for the item's own prologue and epilogue."""
     tile = np.arange(num_blocks * num_bh)
     first_bh = tile // (section * num_blocks) * section
     heads = np.minimum(section, num_bh - first_bh)
@@ -186,7 +187,7 @@ def causal_walk_costs(num_blocks: int, num_bh: int, section: int, seqlen_q: int,
     n_lo = np.zeros_like(n_hi)
     if opts.window_left >= 0:
         n_lo = np.clip(start + diag - opts.window_left, 0, seqlen_k) // block_n * block_n
-    return np.maximum(-(-(n_hi - n_lo) // block_n), 0) + 1
+    return np.maximum(-(-(n_hi - n_lo) // block_n), 0) + item_cost
 
 
 @aggregate
@@ -648,6 +649,7 @@ class Sm90ForwardPlan:
         block_m = consumers * int(WG_M)
         num_tiles = cdiv(seqlen_q, block_m) * batch * nheads
         section, l2_share = 1, tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
+        item_cost = tuning.pop("ITEM_COST")
         persistent, walk = grid_choice(tuning, opts.window_right >= 0, varlen)
         if walk == "scheduled" and (num_tiles > MAX_SCHEDULED_ITEMS or
                                     q.is_cuda and torch.cuda.is_current_stream_capturing()):
@@ -665,7 +667,7 @@ class Sm90ForwardPlan:
         self.schedule = None
         if walk == "scheduled" and items:
             costs = causal_walk_costs(cdiv(seqlen_q, block_m), batch * nheads, section, seqlen_q, seqlen_k, opts,
-                                      block_m, block_n)
+                                      block_m, block_n, item_cost)
             self.schedule = torch.from_numpy(schedule_items(costs, num_tiles)).to(q.device)
         self.backward_plans: dict = {}
         # FP8 attention writes bf16, as FlashAttention-3's does
@@ -730,7 +732,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
     constants.update(flags)
     block_n = constants["BLOCK_N"]
     # launch-grid choices, not kernel flags
-    del constants["PERSISTENT"], constants["L2_SECTIONS"], constants["PERSISTENT_CAUSAL"]
+    del constants["PERSISTENT"], constants["L2_SECTIONS"], constants["PERSISTENT_CAUSAL"], constants["ITEM_COST"]
     types = dict(Out="*bf16" if fp8 else "*DTYPE", Lse="*fp32", CuSeqlensQ="*i32", CuSeqlensK="*i32",
                  AlibiSlopes="*fp32", qk_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
     if scheduled:
