@@ -7,6 +7,7 @@ cubin Triton builds for the named target, HGMMA counts from its SASS: no device 
 numbers are those of the Triton installed here, which may differ from the device machine's.
 """
 
+import inspect
 import os
 import re
 import subprocess
@@ -22,7 +23,7 @@ from flashattn2.kernels.portable.forward import attention_fwd_kernel
 FLOAT_ARGS = {"qk_scale", "softmax_scale", "softcap_in2", "softcap_out", "dropout_p"}
 FP32_POINTERS = {"Lse", "Delta"}
 OPTIONAL_POINTERS = ("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed", "QDescale", "KDescale", "VDescale")
-PLAIN = dict(HAS_LEFT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_DROPOUT=False,
+PLAIN = dict(HAS_LEFT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_DROPOUT=False, USE_TMA=False,
              INTERPRET=False)
 
 
@@ -45,6 +46,9 @@ def _signature(fn, constexprs: dict, descriptors: dict) -> dict:
 def resources(fn, constexprs: dict, num_warps: int, num_stages: int, descriptors: dict | None = None) -> str:
     """descriptors: argument name -> block shape, for tensors passed as TMA descriptors (USE_TMA)."""
     constexprs = {**constexprs, **{name: None for name in OPTIONAL_POINTERS if name in fn.arg_names}}
+    for param in fn.params:  # constexpr defaults (LONG_ROWS, IS_FP8, ...) as a launch leaves them
+        if param.is_constexpr and param.name not in constexprs and param.default is not inspect.Parameter.empty:
+            constexprs[param.name] = param.default
     src = ASTSource(fn=fn, signature=_signature(fn, constexprs, descriptors or {}),
                     constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -67,7 +71,8 @@ def main() -> None:
         print(f"fwd  d={hd:<3} causal={int(causal)} {(bm, bn, w, s)}: {resources(attention_fwd_kernel, flags, w, s)}")
     for hd, (bm, bn, w, s) in [(64, (32, 128, 4, 3)), (64, (32, 128, 8, 2)), (64, (64, 64, 8, 2)),
                                (128, (64, 64, 4, 2)), (128, (64, 128, 8, 2)), (128, (32, 64, 4, 2))]:
-        flags = dict(PLAIN, HAS_RIGHT=False, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, ATOMIC_DQ=False)
+        flags = dict(PLAIN, HAS_RIGHT=False, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, ATOMIC_DQ=False,
+                     TMA_DQ=False)
         print(f"dkdv d={hd:<3} {(bm, bn, w, s)}: {resources(attention_bwd_dkdv_kernel, flags, w, s)}")
     for hd, (bm, bn, w, s) in [(64, (128, 64, 8, 2)), (128, (128, 32, 4, 3)), (128, (64, 64, 4, 2))]:
         flags = dict(PLAIN, HAS_RIGHT=False, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn)
