@@ -574,6 +574,8 @@ def attention_fwd_sm90_kernel(
     else:
         o_smem = q_smem
     sm = FwdSmem(q_smem, k_smem, v_smem, o_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn)
+    # two launches of the same partitions: Gluon (3.6) takes the partition list only as a literal (a list held
+    # in a variable, or tuples joined with +, do not compile)
     if CONSUMERS == 3:  # no ping-pong, no FP8 (the plan checks): the third consumer shares the first's P buffer
         gl.warp_specialize([
             (_producer, (q_desc, k_desc, v_desc, sm, grid, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
