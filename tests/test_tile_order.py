@@ -8,7 +8,7 @@ import triton
 import triton.language as tl
 
 from flashattn2.kernels.common import l2_section
-from flashattn2.kernels.device.tile_order import sectioned_item
+from flashattn2.kernels.device.tile_order import sectioned_item, sectioned_items
 from helpers import DEVICE
 
 
@@ -37,6 +37,8 @@ def test_sectioned_walk(num_blocks, num_bh, section):
     assert items == expected
     if section == 1:
         assert items == [(t % num_blocks, t // num_blocks) for t in range(num_blocks * num_bh)]
+    # the host's copy of the walk (the persistent causal forward's schedule) takes the same order
+    assert list(zip(*(x.tolist() for x in sectioned_items(num_blocks, num_bh, section)), strict=True)) == items
 
 
 def test_l2_section_is_a_power_of_two_that_fits(monkeypatch):

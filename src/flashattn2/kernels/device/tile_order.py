@@ -7,6 +7,7 @@ see `longest_first`), long items start early and the grid ends on short ones, in
 longest item. section = 1 is one head's blocks after another's.
 """
 
+import numpy as np
 import triton
 import triton.language as tl
 
@@ -19,5 +20,16 @@ def sectioned_item(tile, num_blocks, num_bh, section):
     first_bh = (tile // (section * num_blocks)) * section
     in_section = tile - first_bh * num_blocks
     heads = tl.minimum(section, num_bh - first_bh)  # the last section may hold fewer pairs
+    block = in_section // heads
+    return block, first_bh + in_section - block * heads
+
+
+def sectioned_items(num_blocks: int, num_bh: int, section: int) -> tuple[np.ndarray, np.ndarray]:
+    """sectioned_item for every tile at once, on the host: (block, batch x head index) arrays in walk order, for
+    the host's schedules (sm90/forward.py). tests/test_tile_order.py holds the two equal."""
+    tile = np.arange(num_blocks * num_bh)
+    first_bh = tile // (section * num_blocks) * section
+    heads = np.minimum(section, num_bh - first_bh)
+    in_section = tile - first_bh * num_blocks
     block = in_section // heads
     return block, first_bh + in_section - block * heads

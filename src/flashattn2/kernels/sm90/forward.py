@@ -34,6 +34,7 @@ from ..device.block_range import kv_range_for_q_tile
 from ..device.scores import alibi_slope_of, fp8_scales, score_tail
 from ..device.seqlen_info import ROW_COUNTS
 from ..device.softmax import finalize, online_softmax_update
+from ..device.tile_order import sectioned_items
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
@@ -176,10 +177,7 @@ def causal_walk_costs(num_blocks: int, num_bh: int, section: int, seqlen_q: int,
                       block_m: int, block_n: int, item_cost: int = 1) -> np.ndarray:
     """Each item's cost in the sectioned walk of a dense causal (right-edged) call, longest first: its key tiles
     (kv_range_for_q_tile's range), plus item_cost for the item's own prologue and epilogue."""
-    tile = np.arange(num_blocks * num_bh)
-    first_bh = tile // (section * num_blocks) * section
-    heads = np.minimum(section, num_bh - first_bh)
-    block = num_blocks - 1 - (tile - first_bh * num_blocks) // heads  # device/tile_order.py, REVERSE_M
+    block = num_blocks - 1 - sectioned_items(num_blocks, num_bh, section)[0]  # REVERSE_M: the longest first
     start = block * block_m
     last_row = np.minimum(start + block_m, seqlen_q) - 1
     diag = seqlen_k - seqlen_q
