@@ -299,9 +299,13 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
         out, lse = _PagedForwardOnly.apply(q, k, v, seqlens_k, block_table, opts)
     else:
-        out, lse, _ = kvcache_attention(unit_last_stride(q), k, v, None, None, seqlens_k, None, None, block_table,
-                                        opts, 0)
+        out, lse = _paged_forward(q, k, v, seqlens_k, block_table, opts)
     return (out, lse, None) if return_attn_probs else out
+
+
+def _paged_forward(q, k, v, seqlens_k, block_table, opts):
+    out, lse, _ = kvcache_attention(unit_last_stride(q), k, v, None, None, seqlens_k, None, None, block_table, opts, 0)
+    return out, lse
 
 
 class _PagedForwardOnly(torch.autograd.Function):
@@ -310,8 +314,7 @@ class _PagedForwardOnly(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, seqlens_k, block_table, opts):
-        out, lse, _ = kvcache_attention(unit_last_stride(q), k, v, None, None, seqlens_k, None, None, block_table,
-                                        opts, 0)
+        out, lse = _paged_forward(q, k, v, seqlens_k, block_table, opts)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
