@@ -54,13 +54,14 @@ VARIANTS = [
     (256, torch.bfloat16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True}),
     # a persistent causal grid's schedule table (the default for dense causal calls)
     (128, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True}),
-    # three consumer warpgroups, 192-row items (CONSUMERS=3, not a default yet)
+    # three consumer warpgroups, 192-row items (CONSUMERS=3, the default of dense non-causal d64 calls)
     # (24 and 256 bytes of spills at 160 registers a consumer, triton 3.6's ptxas)
     (64, torch.bfloat16, {"THREE_CONSUMERS": True, "MAY_SPILL": True}),
     (64, torch.float16, {"THREE_CONSUMERS": True, "HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True,
                          "MAY_SPILL": True}),
-    # O staged apart from Q (SEPARATE_O, not a default yet: at d128 it needs 2 stages)
+    # O staged apart from Q (SEPARATE_O: the default of dense d64 causal and d128 calls; at d128 with 2 stages)
     (64, torch.bfloat16, {"SEPARATE_O=1": True, "HAS_RIGHT": True, "REVERSE_M": True}),
+    (128, torch.float16, {"SEPARATE_O=1": True, "STAGES=2": True}),
     # the FP8 forward (IS_FP8: e4m3 inputs, P through shared memory)
     (128, torch.float8_e4m3fn, {}),
     (64, torch.float8_e4m3fn, {"HAS_RIGHT": True, "REVERSE_M": True}),
@@ -86,7 +87,8 @@ from flashattn2.kernels.sm90 import backward as bwd_sm90, forward as fwd_sm90
 out, head_dim, dtype, flags = sys.argv[1], int(sys.argv[2]), getattr(torch, sys.argv[3]), sys.argv[4:]
 module = bwd_sm90 if "BWD" in flags else fwd_sm90
 flags = dict(f.split("=") if "=" in f else (f, 1) for f in flags if f != "BWD")
-open(out, "w").write(module.compile_for_sm90(head_dim, dtype, **{k: bool(int(v)) for k, v in flags.items()}).asm["ptx"])
+flags = {k: bool(int(v)) if v in (1, "0", "1") else int(v) for k, v in flags.items()}  # STAGES=2: a number
+open(out, "w").write(module.compile_for_sm90(head_dim, dtype, **flags).asm["ptx"])
 sys.stdout.write(get_ptxas(90).path)
 """
 
@@ -155,12 +157,16 @@ def test_auto_keeps_short_fp8_causal_calls_on_triton():
 
 
 def test_auto_and_default_tiles_per_head_dim():
-    # host-side choices, so they run anywhere: bf16 head dims 128 and 256 on Gluon, 64 on Triton (H100 A/B in
-    # benchmarks/NOTES.md); FP8 d128 takes 256-key tiles unless a right window edge (causal) cuts its work items;
+    # host-side choices, so they run anywhere: bf16 head dims 128 and 256 on Gluon, 64 on Triton unless dense,
+    # non-causal and long (H100 A/B in benchmarks/NOTES.md); FP8 d128 takes 256-key tiles unless a right window
+    # edge (causal) cuts its work items;
     # dense causal calls take the scheduled persistent grid (d128 with O apart and 2 stages), except FP8 d256;
     # packed causal calls keep CONFIGS' entry
     from flashattn2.kernels.params import AttnOptions
-    from flashattn2.kernels.sm90.forward import CONFIGS, CONFIGS_FP8, auto_declines, default_tuning
+    from flashattn2.kernels.sm90 import forward as fwd
+
+    AUTO_D64_MIN_ROWS, CONFIGS, CONFIGS_FP8 = fwd.AUTO_D64_MIN_ROWS, fwd.CONFIGS, fwd.CONFIGS_FP8
+    CONFIGS_NONCAUSAL, auto_declines, default_tuning = fwd.CONFIGS_NONCAUSAL, fwd.auto_declines, fwd.default_tuning
 
     full, causal = AttnOptions(softmax_scale=1.0), AttnOptions(softmax_scale=1.0, window_right=0)
     local = AttnOptions(softmax_scale=1.0, window_left=100, window_right=20)
@@ -168,12 +174,21 @@ def test_auto_and_default_tiles_per_head_dim():
     packed = causal._replace(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=300, max_seqlen_k=300)
     for head_dim, declined in ((64, True), (128, False), (256, False)):
         q = torch.empty(1, 4096, 1, head_dim, dtype=torch.bfloat16)
-        assert (auto_declines(q, full) is not None) == declined
-        assert default_tuning(head_dim, False, full) == CONFIGS[head_dim]
+        assert (auto_declines(q, causal) is not None) == declined
+        assert default_tuning(head_dim, False, full) == {**CONFIGS[head_dim], **CONFIGS_NONCAUSAL.get(head_dim, {})}
         assert default_tuning(head_dim, False, packed) == CONFIGS[head_dim]
         assert default_tuning(head_dim, False, causal)["PERSISTENT_CAUSAL"]
         assert default_tuning(head_dim, False, local)["PERSISTENT_CAUSAL"]
     assert default_tuning(128, False, causal)["STAGES"] == 2 and default_tuning(128, False, causal)["SEPARATE_O"]
+    # dense non-causal: d64 on three consumers, from AUTO_D64_MIN_ROWS query rows on Gluon; d128 with O apart
+    assert default_tuning(64, False, full)["CONSUMERS"] == 3 and default_tuning(64, False, causal)["CONSUMERS"] == 2
+    assert default_tuning(64, True, full)["CONSUMERS"] == 2
+    assert default_tuning(128, False, full)["SEPARATE_O"] and default_tuning(128, False, full)["STAGES"] == 2
+    assert default_tuning(256, False, full) == CONFIGS[256]
+    long64 = torch.empty(1, AUTO_D64_MIN_ROWS, 1, 64, dtype=torch.bfloat16)
+    assert auto_declines(long64, full) is None and auto_declines(long64[:, 1:], full) is not None
+    assert auto_declines(long64, causal) is not None
+    assert auto_declines(long64.flatten(0, 1), packed._replace(window_right=-1)) is not None
     assert default_tuning(128, True, full)["BLOCK_N"] == 256
     assert default_tuning(128, True, causal)["BLOCK_N"] == default_tuning(128, True, local)["BLOCK_N"] == 128
     assert default_tuning(128, True, causal)["PERSISTENT_CAUSAL"]

@@ -69,10 +69,11 @@ from .gluon_api import (
 # SEPARATE_O: O staged in its own buffer (32 KB at d128: 2 stages there), so that the consumers free Q when their
 # last S retired and the producer loads the next item's Q under this one's epilogue (with the schedule, d128 bf16:
 # +2% to +5% over PERSISTENT_CAUSAL alone). ITEM_COST: what the schedule counts for an item's prologue and
-# epilogue, in key tiles (1 measured; not yet swept).
+# epilogue, in key tiles (0, 2 and 4 within 1% of 1 at d128/d256 512-2k, H100 2026-11-24).
 # Measured choices: benchmarks/NOTES.md.
 # CONSUMERS: MMA warpgroups of 64 query rows each (a work item's rows: 64 x CONSUMERS). 3 is FlashAttention-3's d64
-# tile (192 rows); without ping-pong or FP8, and with less registers each (CONSUMER_REGS); not yet measured.
+# tile (192 rows); without ping-pong or FP8, and with less registers each (CONSUMER_REGS): d64 non-causal from 2k
+# (CONFIGS_NONCAUSAL); causal lost 15-40% at 512-4k (it spills on the schedule's path).
 # the keys every entry shares: a persistent grid where items cost alike, the options above off, two consumers
 _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2, ITEM_COST=1)
 CONFIGS = {
@@ -95,6 +96,13 @@ CONFIGS_CAUSAL = {
     128: dict(PERSISTENT_CAUSAL=True, SEPARATE_O=True, STAGES=2),
     256: dict(PERSISTENT_CAUSAL=True),
 }
+# dense calls without a right window edge, over CONFIGS' entry: d64 takes three consumers (192-row items) against two,
+# 512 / 1k / 2k / 4k / 16k -1 / -1 / +8 / +7 / +9%; d128 O apart with 2 stages +2 / +1 / +2 / +1 / 0% (8k +1%)
+# (bf16, H100, 2026-11-24; three consumers with O apart lost 7% at 16k)
+CONFIGS_NONCAUSAL = {
+    64: dict(CONSUMERS=3),
+    128: dict(SEPARATE_O=True, STAGES=2),
+}
 # FP8 causal: d128 keeps 128-key tiles (its work items hold few); the scheduled grid at d64 +42 / +40 / +27 / +19 /
 # +3% and d128 +17 / +20 / +11 / +6 / +2% (512-16k); at d256 it lost 7-12% at 1k-2k, so d256 keeps one program
 # per item
@@ -102,9 +110,12 @@ CONFIGS_FP8_CAUSAL = {
     64: dict(PERSISTENT_CAUSAL=True),
     128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True, PERSISTENT_CAUSAL=True),
 }
-# where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md)
+# where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md), except dense calls
+# without a right window edge from AUTO_D64_MIN_ROWS query rows, where three consumers beat it (bf16, H100,
+# 2026-11-24: 2k 436 against 417, 4k 453 against 414, 16k 502 against 440; 1k 360 against 378)
 AUTO_HEAD_DIMS = (128, 256)
 AUTO_HEAD_DIMS_FP8 = (64, 128, 256)
+AUTO_D64_MIN_ROWS = 2048
 # FP8 causal calls with fewer query rows than this (per head dim) ran faster on the Triton FP8 kernel: their
 # work items hold few key tiles, so this kernel's pipeline fill and drain show (H100, NOTES.md). With the scheduled
 # grid (2026-11-24) d64 overtook it from 4k (410 against 384); d128 at 1k is level (346 against 338), at 512 not
@@ -114,7 +125,9 @@ AUTO_FP8_CAUSAL_MIN_ROWS = {64: 4096, 128: 2048, 256: 0}
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     """Why "auto" keeps a call this kernel can run on the Triton forward (measured as fast or faster)."""
     fp8 = q.dtype == torch.float8_e4m3fn
-    if q.shape[-1] not in (AUTO_HEAD_DIMS_FP8 if fp8 else AUTO_HEAD_DIMS):
+    d64_three = (q.shape[-1] == 64 and not fp8 and opts.window_right < 0 and q.dim() == 4
+                 and q.shape[1] >= AUTO_D64_MIN_ROWS)
+    if q.shape[-1] not in (AUTO_HEAD_DIMS_FP8 if fp8 else AUTO_HEAD_DIMS) and not d64_three:
         return f"head dim {q.shape[-1]}: the Triton forward is as fast"
     if fp8 and opts.causal and q.dim() == 4 and q.shape[1] < AUTO_FP8_CAUSAL_MIN_ROWS[q.shape[-1]]:
         return f"FP8 causal with {q.shape[1]} query rows: the Triton FP8 kernel is faster"
@@ -130,10 +143,11 @@ CONSUMER_REGS_OF_3 = gl.constexpr(160)
 
 
 def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
-    """CONFIGS' (CONFIGS_FP8's) entry for a call; dense calls with a right window edge (causal) take
-    CONFIGS_CAUSAL's (CONFIGS_FP8_CAUSAL's) changes to it."""
-    configs, causal = (CONFIGS_FP8, CONFIGS_FP8_CAUSAL) if fp8 else (CONFIGS, CONFIGS_CAUSAL)
-    changes = causal.get(head_dim, {}) if opts.window_right >= 0 and not opts.varlen else {}
+    """CONFIGS' (CONFIGS_FP8's) entry for a call; dense calls take CONFIGS_CAUSAL's (CONFIGS_FP8_CAUSAL's) changes
+    to it with a right window edge (causal), CONFIGS_NONCAUSAL's (bf16/fp16) without."""
+    configs, causal, noncausal = ((CONFIGS_FP8, CONFIGS_FP8_CAUSAL, {}) if fp8 else
+                                  (CONFIGS, CONFIGS_CAUSAL, CONFIGS_NONCAUSAL))
+    changes = {} if opts.varlen else (causal if opts.window_right >= 0 else noncausal).get(head_dim, {})
     return {**configs[head_dim], **changes}
 
 
