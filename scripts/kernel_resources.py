@@ -23,6 +23,8 @@ from flashattn2.kernels.portable.forward import attention_fwd_kernel
 FLOAT_ARGS = {"qk_scale", "softmax_scale", "softcap_in2", "softcap_out", "dropout_p"}
 FP32_POINTERS = {"Lse", "Delta"}
 OPTIONAL_POINTERS = ("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed", "QDescale", "KDescale", "VDescale")
+# (batch, row, head) stride triples and the (batch, head) pair of the row statistics: one tuple argument each
+TUPLE_ARGS = {"stride_lse": 2}
 PLAIN = dict(HAS_LEFT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_DROPOUT=False, USE_TMA=False,
              INTERPRET=False)
 
@@ -36,6 +38,8 @@ def _signature(fn, constexprs: dict, descriptors: dict) -> dict:
             sig[name] = "constexpr"
         elif name in FLOAT_ARGS:
             sig[name] = "fp32"
+        elif name.startswith("stride_") and name != "stride_alibi_b" and name != "stride_vd":
+            sig[name] = ("i32",) * TUPLE_ARGS.get(name, 3)
         elif name.startswith("stride") or name.islower():
             sig[name] = "i32"
         else:

@@ -27,6 +27,9 @@ FLOAT_ARGS = {"qk_scale", "softmax_scale", "softcap_in2", "softcap_out", "dropou
 FP32_POINTERS = {"Lse", "Delta", "AlibiSlopes", "QDescale", "KDescale", "VDescale"}
 INT_POINTERS = {"CuSeqlensQ", "CuSeqlensK", "Seed", "Flag", "CacheSeqlens", "CacheLeftpad", "CacheBatchIdx",
                 "BlockTable"}
+# (batch, row, head) stride triples and the (batch, head) pair of the row statistics, one tuple argument each
+TUPLE_ARGS = {**dict.fromkeys(("stride_q", "stride_k", "stride_v", "stride_o", "stride_do", "stride_dq", "stride_dk",
+                               "stride_dv"), 3), "stride_lse": 2}
 PLAIN = dict(HAS_LEFT=False, HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False,
              HAS_DROPOUT=False, USE_TMA=False, INTERPRET=False)
 
@@ -55,6 +58,8 @@ def triton_ptx(fn, constexprs: dict, num_warps: int, num_stages: int, types: dic
             sig[name] = "constexpr"
         elif types and name in types:
             sig[name] = types[name]
+        elif name in TUPLE_ARGS:
+            sig[name] = ("i32",) * TUPLE_ARGS[name]
         elif name in FLOAT_ARGS:
             sig[name] = "fp32"
         elif name.startswith("stride") or name.islower():

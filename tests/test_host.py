@@ -61,6 +61,20 @@ def test_launch_goes_through_triton_once_then_straight_to_the_compiled_kernel(fa
     assert kernel.calls[-1][0] == "triton"
 
 
+def test_launch_hands_tuple_arguments_to_the_compiled_kernel_unchanged(fast_launch):
+    # the portable kernels take their strides as (batch, row, head) tuples by name; Triton's launcher flattens
+    # tuples itself (JITFunction.run hands kernel.run the bound values as they are), so the fast path must too
+    kernel = _FakeKernel()
+    kernel.arg_names = ["X", "Y", "stride", "n", "scale", "BLOCK"]
+    x = torch.zeros(64, dtype=torch.float16)
+    run = launch.Launch(kernel, (1, 1, 1), (), dict(stride=(8, 4, 1), n=100, scale=0.5, BLOCK=32), 4, 2)
+    run(x, x)
+    assert kernel.calls[-1][1:] == ((x, x), dict(stride=(8, 4, 1), n=100, scale=0.5, BLOCK=32, num_warps=4,
+                                                 num_stages=2))
+    run(x, x)
+    assert kernel.calls[-1] == ("fast", (1, 1, 1, 7, "fn", "meta", None, None, None, x, x, (8, 4, 1), 100, 0.5, 32))
+
+
 def test_hooks_are_seen():
     import triton
 

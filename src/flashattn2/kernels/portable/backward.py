@@ -31,14 +31,16 @@ from .configs import BwdConfig, bwd_config
 
 @triton.jit(do_not_specialize=ROW_COUNTS)
 def bwd_preprocess_kernel(
-    Out, dOut, Delta, DqAcc, CuSeqlensQ,
-    stride_ob, stride_om, stride_oh, stride_dob, stride_dom, stride_doh, stride_lse_b, stride_lse_h,
-    stride_dqb, stride_dqm, stride_dqh, nheads, seqlen_q, total_q,
+    Out, dOut, Delta, DqAcc, CuSeqlensQ, stride_o, stride_do, stride_lse, stride_dq, nheads, seqlen_q, total_q,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_VARLEN: tl.constexpr,
     ZERO_DQ: tl.constexpr,
 ):
     """Delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d], the row term of dS = P * (dP - Delta); with
     ZERO_DQ also zeroes the same rows of the fp32 dQ buffer that the fused Gluon backward adds into."""
+    stride_ob, stride_om, stride_oh = stride_o
+    stride_dob, stride_dom, stride_doh = stride_do
+    stride_dqb, stride_dqm, stride_dqh = stride_dq
+    stride_lse_b, stride_lse_h = stride_lse
     start_m, off_b, off_h, q_start, seqlen_q, _, _ = program_problem(nheads, CuSeqlensQ, CuSeqlensQ, seqlen_q,
                                                                      seqlen_q, total_q, total_q, BLOCK_M, IS_VARLEN)
     if start_m >= seqlen_q:
@@ -120,14 +122,7 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base
 @triton.jit(do_not_specialize=ROW_COUNTS)
 def attention_bwd_dkdv_kernel(
     Q, K, V, dOut, Lse, Delta, dQ, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
-    stride_qb, stride_qm, stride_qh,
-    stride_kb, stride_kn, stride_kh,
-    stride_vb, stride_vn, stride_vh,
-    stride_dob, stride_dom, stride_doh,
-    stride_dqb, stride_dqm, stride_dqh,
-    stride_dkb, stride_dkn, stride_dkh,
-    stride_dvb, stride_dvn, stride_dvh,
-    stride_lse_b, stride_lse_h, stride_alibi_b,
+    stride_q, stride_k, stride_v, stride_do, stride_dq, stride_dk, stride_dv, stride_lse, stride_alibi_b,
     nheads, nheads_k, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left, window_right,
     softcap_in2, softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -137,6 +132,14 @@ def attention_bwd_dkdv_kernel(
 ):
     """dK and dV for one key tile of one kv head, summed over the query heads that share it (GQA).
     With USE_TMA, Q and dOut are row_tiles descriptors; with TMA_DQ, so is the fp32 dQ accumulator."""
+    stride_qb, stride_qm, stride_qh = stride_q
+    stride_kb, stride_kn, stride_kh = stride_k
+    stride_vb, stride_vn, stride_vh = stride_v
+    stride_dob, stride_dom, stride_doh = stride_do
+    stride_dqb, stride_dqm, stride_dqh = stride_dq
+    stride_dkb, stride_dkn, stride_dkh = stride_dk
+    stride_dvb, stride_dvn, stride_dvh = stride_dv
+    stride_lse_b, stride_lse_h = stride_lse
     if LONG_ROWS:
         # row index x row stride can pass 2**31 inside one sequence: 64-bit strides widen every row offset
         stride_qm, stride_kn, stride_vn, stride_dom = (stride_qm.to(tl.int64), stride_kn.to(tl.int64),
@@ -243,12 +246,7 @@ def _dq_from_kv_tiles(dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, tma_ro
 @triton.jit(do_not_specialize=ROW_COUNTS)
 def attention_bwd_dq_kernel(
     Q, K, V, dOut, Lse, Delta, dQ, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
-    stride_qb, stride_qm, stride_qh,
-    stride_kb, stride_kn, stride_kh,
-    stride_vb, stride_vn, stride_vh,
-    stride_dob, stride_dom, stride_doh,
-    stride_dqb, stride_dqm, stride_dqh,
-    stride_lse_b, stride_lse_h, stride_alibi_b,
+    stride_q, stride_k, stride_v, stride_do, stride_dq, stride_lse, stride_alibi_b,
     nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left, window_right,
     softcap_in2, softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -258,6 +256,12 @@ def attention_bwd_dq_kernel(
 ):
     """dQ for one query tile: no atomics, so it is bitwise reproducible. With USE_TMA, K and V are
     row_tiles descriptors."""
+    stride_qb, stride_qm, stride_qh = stride_q
+    stride_kb, stride_kn, stride_kh = stride_k
+    stride_vb, stride_vn, stride_vh = stride_v
+    stride_dob, stride_dom, stride_doh = stride_do
+    stride_dqb, stride_dqm, stride_dqh = stride_dq
+    stride_lse_b, stride_lse_h = stride_lse
     if LONG_ROWS:
         stride_qm, stride_kn, stride_vn = stride_qm.to(tl.int64), stride_kn.to(tl.int64), stride_vn.to(tl.int64)
         stride_dom, stride_dqm = stride_dom.to(tl.int64), stride_dqm.to(tl.int64)
@@ -331,7 +335,6 @@ class BackwardPlan:
         self.fused_dq = self.gluon is not None and self.gluon.fused_dq
         self.atomic_dq = atomic_dq = cfg.atomic_dq and not opts.deterministic and self.gluon is None
         varlen = opts.varlen
-        lse_sb, lse_sh = lse_strides(lse, varlen)
         total_q, total_k = q.shape[0], k.shape[0]
         self.device, self.lse_shape = q.device, lse.shape
         # a packed batch reads through (1, total, heads, head_dim) descriptors: rows past a sequence's end are
@@ -343,30 +346,30 @@ class BackwardPlan:
         self.q_tiles = (cfg.block_m, block_d) if use_tma else None
         self.kv_tiles = (cfg.dq_block_n, block_d) if use_tma else None
         self.dq_tiles = (cfg.block_m, block_d) if tma_dq else None
-        grad_strides = [row_strides(torch.empty(x.shape, device="meta"), varlen) for x in (q, k, v)]
-        dq_strides, dk_strides, dv_strides = grad_strides
+        # a gradient takes its input's shape, contiguous
+        dq_strides, dk_strides, dv_strides = (row_strides(torch.empty(x.shape, device="meta"), varlen)
+                                              for x in (q, k, v))
+        strides = dict(stride_q=row_strides(q, varlen), stride_k=row_strides(k, varlen),
+                       stride_v=row_strides(v, varlen), stride_do=row_strides(dout, varlen), stride_dq=dq_strides,
+                       stride_lse=lse_strides(lse, varlen))
 
         pre_block = 64 if not INTERPRET else 32
         self.preprocess = Launch(
-            bwd_preprocess_kernel, (cdiv(seqlen_q, pre_block), batch * nheads, 1),
-            (*row_strides(out, varlen), *row_strides(dout, varlen), lse_sb, lse_sh, *dq_strides),
-            dict(nheads=nheads, seqlen_q=seqlen_q, total_q=total_q, HEAD_DIM=head_dim, BLOCK_D=block_d,
-                 BLOCK_M=pre_block, IS_VARLEN=varlen, ZERO_DQ=self.fused_dq), 4, 3)
-        named = dict(nheads=nheads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=total_q, total_k=total_k,
+            bwd_preprocess_kernel, (cdiv(seqlen_q, pre_block), batch * nheads, 1), (),
+            dict(stride_o=row_strides(out, varlen), stride_do=strides["stride_do"], stride_lse=strides["stride_lse"],
+                 stride_dq=dq_strides, nheads=nheads, seqlen_q=seqlen_q, total_q=total_q, HEAD_DIM=head_dim,
+                 BLOCK_D=block_d, BLOCK_M=pre_block, IS_VARLEN=varlen, ZERO_DQ=self.fused_dq), 4, 3)
+        named = dict(strides, nheads=nheads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=total_q, total_k=total_k,
                      softmax_scale=opts.softmax_scale, HEAD_DIM=head_dim, BLOCK_D=block_d, INTERPRET=INTERPRET,
                      USE_TMA=use_tma, **opts.kernel_args())
         named["LONG_ROWS"] = long_rows(0 if varlen else 1, q, k, v, dout)
         self.dkdv = Launch(
-            attention_bwd_dkdv_kernel, (cdiv(seqlen_k, cfg.block_n), batch * nheads_k, 1),
-            (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
-             *dq_strides, *dk_strides, *dv_strides, lse_sb, lse_sh),
-            dict(named, nheads_k=nheads_k, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, ATOMIC_DQ=atomic_dq,
-                 TMA_DQ=tma_dq),
+            attention_bwd_dkdv_kernel, (cdiv(seqlen_k, cfg.block_n), batch * nheads_k, 1), (),
+            dict(named, stride_dk=dk_strides, stride_dv=dv_strides, nheads_k=nheads_k, BLOCK_M=cfg.block_m,
+                 BLOCK_N=cfg.block_n, ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq),
             cfg.num_warps, cfg.num_stages)
         self.dq = None if atomic_dq or self.fused_dq else Launch(
-            attention_bwd_dq_kernel, (cdiv(seqlen_q, cfg.dq_block_m), batch * nheads, 1),
-            (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *row_strides(dout, varlen),
-             *dq_strides, lse_sb, lse_sh),
+            attention_bwd_dq_kernel, (cdiv(seqlen_q, cfg.dq_block_m), batch * nheads, 1), (),
             dict(named, group=nheads // nheads_k, BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n),
             cfg.dq_num_warps, cfg.dq_num_stages)
 

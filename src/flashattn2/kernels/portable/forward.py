@@ -56,11 +56,7 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
 @triton.jit(do_not_specialize=ROW_COUNTS)
 def attention_fwd_kernel(
     Q, K, V, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed, QDescale, KDescale, VDescale,
-    stride_qb, stride_qm, stride_qh,
-    stride_kb, stride_kn, stride_kh,
-    stride_vb, stride_vn, stride_vh,
-    stride_ob, stride_om, stride_oh,
-    stride_lse_b, stride_lse_h, stride_alibi_b,
+    stride_q, stride_k, stride_v, stride_o, stride_lse, stride_alibi_b,
     nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
     softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -78,7 +74,13 @@ def attention_fwd_kernel(
     qk_scale is softmax_scale * log2(e). Q, K, V, Out are (batch, seqlen, heads, head_dim) with any
     strides but a unit last one, or packed (total, heads, head_dim) with cumulative lengths (varlen).
     GQA: query head h reads key head h // group. With USE_TMA, K and V are row_tiles descriptors.
+    stride_q, _k, _v, _o: (batch, row, head) strides (params.row_strides); stride_lse: (batch, head).
     """
+    stride_qb, stride_qm, stride_qh = stride_q
+    stride_kb, stride_kn, stride_kh = stride_k
+    stride_vb, stride_vn, stride_vh = stride_v
+    stride_ob, stride_om, stride_oh = stride_o
+    stride_lse_b, stride_lse_h = stride_lse
     if LONG_ROWS:
         # row index x row stride can pass 2**31 inside one sequence: 64-bit strides widen every row offset
         stride_qm, stride_kn, stride_vn, stride_om = (stride_qm.to(tl.int64), stride_kn.to(tl.int64),
@@ -147,9 +149,7 @@ def attention_fwd_kernel(
 @triton.jit(do_not_specialize=ROW_COUNTS)
 def dropout_probs_kernel(
     Q, K, Lse, Probs, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed,
-    stride_qb, stride_qm, stride_qh,
-    stride_kb, stride_kn, stride_kh,
-    stride_lse_b, stride_lse_h, stride_alibi_b,
+    stride_q, stride_k, stride_lse, stride_alibi_b,
     nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
     softcap_out, dropout_p,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -159,6 +159,9 @@ def dropout_probs_kernel(
     """Test-only: the normalised probabilities, negated where dropout dropped them (flash_attn's
     S_dmask encoding), into Probs (batch, heads, max_seqlen_q, max_seqlen_k). This is the one place that
     writes a seqlen_q x seqlen_k array, and only for return_attn_probs=True with dropout."""
+    stride_qb, stride_qm, stride_qh = stride_q
+    stride_kb, stride_kn, stride_kh = stride_k
+    stride_lse_b, stride_lse_h = stride_lse
     if LONG_ROWS:
         stride_qm, stride_kn = stride_qm.to(tl.int64), stride_kn.to(tl.int64)
     start_m = tl.program_id(0) * BLOCK_M
@@ -223,25 +226,25 @@ class ForwardPlan:
             v = keys_last_layout(v)
         self.tma_block = (cfg.block_n, block_d) if cfg.use_tma and not varlen and tma_usable(k, v) else None
         # strides of the outputs this plan allocates
-        lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"), varlen)
-        out_strides = row_strides(torch.empty(self.out_shape, device="meta"), varlen)
-        named = dict(nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+        strides = dict(stride_q=row_strides(q, varlen), stride_k=row_strides(k, varlen),
+                       stride_lse=lse_strides(torch.empty(self.lse_shape, device="meta"), varlen))
+        named = dict(strides, nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                      total_q=q.shape[0], total_k=k.shape[0], HEAD_DIM=head_dim, BLOCK_D=block_d,
                      INTERPRET=INTERPRET, **opts.kernel_args())
         named["LONG_ROWS"] = long_rows(0 if varlen else 1, q, k, v)
         # the forward's own: FP8, and a V whose rows are contiguous (FP8's keys-last copy), read head-dim-strided
         fp8_v = dict(IS_FP8=fp8, V_T=v.stride(-1) != 1, stride_vd=v.stride(-1))
         self.attend = Launch(
-            attention_fwd_kernel, (cdiv(seqlen_q, cfg.block_m), batch * nheads, 1),
-            (*row_strides(q, varlen), *row_strides(k, varlen), *row_strides(v, varlen), *out_strides, lse_sb, lse_sh),
-            dict(named, **fp8_v, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, USE_TMA=self.tma_block is not None),
+            attention_fwd_kernel, (cdiv(seqlen_q, cfg.block_m), batch * nheads, 1), (),
+            dict(named, **fp8_v, stride_v=row_strides(v, varlen),
+                 stride_o=row_strides(torch.empty(self.out_shape, device="meta"), varlen), BLOCK_M=cfg.block_m,
+                 BLOCK_N=cfg.block_n, USE_TMA=self.tma_block is not None),
             cfg.num_warps, cfg.num_stages)
         self.dump = None
         if return_probs:
             # the dump always applies the dropout sign: it has no HAS_DROPOUT flag, which Launch leaves out
             block = 32 if INTERPRET else 64
-            self.dump = Launch(dropout_probs_kernel, (cdiv(seqlen_q, block), batch * nheads, 1),
-                               (*row_strides(q, varlen), *row_strides(k, varlen), lse_sb, lse_sh),
+            self.dump = Launch(dropout_probs_kernel, (cdiv(seqlen_q, block), batch * nheads, 1), (),
                                dict(named, BLOCK_M=block, BLOCK_N=block), 4, 3)
 
     def __call__(self, q, k, v, opts, descales=(None, None, None)):
