@@ -117,7 +117,10 @@ base = dict(HEAD_DIM=128, BLOCK_D=128, HAS_LEFT=True, HAS_RIGHT=True, IS_VARLEN=
             HAS_ALIBI=False, HAS_DROPOUT=False, USE_TMA=False, INTERPRET=False, CuSeqlensQ=None, CuSeqlensK=None,
             AlibiSlopes=None, Seed=None, QDescale=None, KDescale=None, VDescale=None, LONG_ROWS=True, IS_FP8=False,
             V_T=False, stride_vd=1)
-ft = dict(Q="*bf16", K="*bf16", V="*bf16", Out="*bf16", Lse="*fp32", qk_scale="fp32", softcap_in2="fp32",
+# strides go as (batch, row, head) tuples, the row statistics' as (batch, head)
+strides = dict({n: ("i32",) * 3 for n in ("stride_q", "stride_k", "stride_v", "stride_o", "stride_do", "stride_dq",
+                                          "stride_dk", "stride_dv")}, stride_lse=("i32", "i32"))
+ft = dict(strides, Q="*bf16", K="*bf16", V="*bf16", Out="*bf16", Lse="*fp32", qk_scale="fp32", softcap_in2="fp32",
           softcap_out="fp32", dropout_p="fp32")
 bt = dict(ft, dOut="*bf16", Delta="*fp32", dQ="*fp32", dK="*bf16", dV="*bf16", softmax_scale="fp32")
 # the FP8 forward: e4m3 inputs, descales, V read sequence-contiguous with a 64-bit head-dim stride
