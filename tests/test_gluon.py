@@ -53,15 +53,16 @@ VARIANTS = [
     (256, torch.bfloat16, {"BWD": True, "HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True}),
     (256, torch.bfloat16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True}),
     # a persistent causal grid's schedule table (the default for dense causal calls)
-    (128, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True}),
+    (128, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True, "SEPARATE_O=1": True,
+                           "STAGES=2": True, "Q_STAGES=2": True, "LAZY_O_WAIT=1": True}),
     # three consumer warpgroups, 192-row items (CONSUMERS=3, the default of dense non-causal d64 calls)
     # (24 and 256 bytes of spills at 160 registers a consumer, triton 3.6's ptxas)
-    (64, torch.bfloat16, {"THREE_CONSUMERS": True, "MAY_SPILL": True}),
+    (64, torch.bfloat16, {"THREE_CONSUMERS": True, "Q_STAGES=2": True, "MAY_SPILL": True}),
     (64, torch.float16, {"THREE_CONSUMERS": True, "HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True,
                          "MAY_SPILL": True}),
     # O staged apart from Q (SEPARATE_O: the default of dense d64 causal and d128 calls; at d128 with 2 stages)
     (64, torch.bfloat16, {"SEPARATE_O=1": True, "HAS_RIGHT": True, "REVERSE_M": True}),
-    (128, torch.float16, {"SEPARATE_O=1": True, "STAGES=2": True}),
+    (128, torch.float16, {"SEPARATE_O=1": True, "STAGES=2": True, "Q_STAGES=2": True}),
     # the FP8 forward (IS_FP8: e4m3 inputs, P through shared memory)
     (128, torch.float8_e4m3fn, {}),
     (64, torch.float8_e4m3fn, {"HAS_RIGHT": True, "REVERSE_M": True}),
@@ -180,8 +181,14 @@ def test_auto_and_default_tiles_per_head_dim():
         assert default_tuning(head_dim, False, causal)["PERSISTENT_CAUSAL"]
         assert default_tuning(head_dim, False, local)["PERSISTENT_CAUSAL"]
     assert default_tuning(128, False, causal)["STAGES"] == 2 and default_tuning(128, False, causal)["SEPARATE_O"]
-    # dense non-causal: d64 on three consumers, from AUTO_D64_MIN_ROWS query rows on Gluon; d128 with O apart
+    # dense non-causal: d64 on three consumers, from AUTO_D64_MIN_ROWS query rows on Gluon; d128 with O apart;
+    # both with two Q stages, as dense causal calls at d64 and d128 (with the lazy O wait there)
     assert default_tuning(64, False, full)["CONSUMERS"] == 3 and default_tuning(64, False, causal)["CONSUMERS"] == 2
+    for head_dim in (64, 128):
+        dense, dense_causal = default_tuning(head_dim, False, full), default_tuning(head_dim, False, causal)
+        assert dense["Q_STAGES"] == dense_causal["Q_STAGES"] == 2
+        assert dense_causal["LAZY_O_WAIT"] and not dense["LAZY_O_WAIT"]
+        assert default_tuning(head_dim, False, packed)["Q_STAGES"] == 1
     assert default_tuning(64, True, full)["CONSUMERS"] == 2
     assert default_tuning(128, False, full)["SEPARATE_O"] and default_tuning(128, False, full)["STAGES"] == 2
     assert default_tuning(256, False, full) == CONFIGS[256]

@@ -70,12 +70,17 @@ from .gluon_api import (
 # last S retired and the producer loads the next item's Q under this one's epilogue (with the schedule, d128 bf16:
 # +2% to +5% over PERSISTENT_CAUSAL alone). ITEM_COST: what the schedule counts for an item's prologue and
 # epilogue, in key tiles (0, 2 and 4 within 1% of 1 at d128/d256 512-2k, H100 2026-11-24).
+# Q_STAGES: Q parts for this many work items, so that the producer loads the next item's Q while this one runs
+# (with one, ncu showed the consumers waiting for Q at each item's start and the producer for a free Q part: 8% and
+# 11% of their samples at d128 512 tokens). LAZY_O_WAIT (with SEPARATE_O): an item's O store is waited for only
+# when its buffer is written again.
 # Measured choices: benchmarks/NOTES.md.
 # CONSUMERS: MMA warpgroups of 64 query rows each (a work item's rows: 64 x CONSUMERS). 3 is FlashAttention-3's d64
 # tile (192 rows); without ping-pong or FP8, and with less registers each (CONSUMER_REGS): d64 non-causal from 2k
 # (CONFIGS_NONCAUSAL); causal lost 15-40% at 512-4k (it spills on the schedule's path).
 # the keys every entry shares: a persistent grid where items cost alike, the options above off, two consumers
-_GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2, ITEM_COST=1)
+_GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2, ITEM_COST=1, Q_STAGES=1,
+             LAZY_O_WAIT=False)
 CONFIGS = {
     64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, L2_SECTIONS=0, **_GRID),
     128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, L2_SECTIONS=4, **_GRID),
@@ -91,17 +96,20 @@ CONFIGS_FP8 = {
 # dense calls with a right window edge (causal), over CONFIGS' entry: the scheduled persistent grid. Against one
 # program per item, d128 causal (SEPARATE_O, 2 stages) 512 / 1k / 2k / 4k / 16k +27 / +19 / +11 / +5 / +3%; d64
 # (SEPARATE_O) +3 / +2 / +14 / +6 / +4%; d256 +5 / +6 / +4 / +1 / +3% (bf16, H100, 2026-11-24)
+# Then two Q stages with the lazy O wait (Q_STAGES, LAZY_O_WAIT): d128 +4 / +4 / +3 / +1 / -1%, d64 -2 / +5 / +4 /
+# +1 / +3% (2026-11-25)
 CONFIGS_CAUSAL = {
-    64: dict(PERSISTENT_CAUSAL=True, SEPARATE_O=True),
-    128: dict(PERSISTENT_CAUSAL=True, SEPARATE_O=True, STAGES=2),
+    64: dict(PERSISTENT_CAUSAL=True, SEPARATE_O=True, Q_STAGES=2, LAZY_O_WAIT=True),
+    128: dict(PERSISTENT_CAUSAL=True, SEPARATE_O=True, STAGES=2, Q_STAGES=2, LAZY_O_WAIT=True),
     256: dict(PERSISTENT_CAUSAL=True),
 }
 # dense calls without a right window edge, over CONFIGS' entry: d64 takes three consumers (192-row items) against two,
 # 512 / 1k / 2k / 4k / 16k -1 / -1 / +8 / +7 / +9%; d128 O apart with 2 stages +2 / +1 / +2 / +1 / 0% (8k +1%)
-# (bf16, H100, 2026-11-24; three consumers with O apart lost 7% at 16k)
+# (bf16, H100, 2026-11-24; three consumers with O apart lost 7% at 16k). Then two Q stages: d128 +13 / +7 / +4 / -1 /
+# +1%, d64 2k / 4k / 16k +3 / 0 / 0% (2026-11-25; the lazy O wait with them lost 7% at d128 16k)
 CONFIGS_NONCAUSAL = {
-    64: dict(CONSUMERS=3),
-    128: dict(SEPARATE_O=True, STAGES=2),
+    64: dict(CONSUMERS=3, Q_STAGES=2),
+    128: dict(SEPARATE_O=True, STAGES=2, Q_STAGES=2),
 }
 # FP8 causal: d128 keeps 128-key tiles (its work items hold few); the scheduled grid at d64 +42 / +40 / +27 / +19 /
 # +3% and d128 +17 / +20 / +11 / +6 / +2% (512-16k); at d256 it lost 7-12% at 1k-2k, so d256 keeps one program
@@ -251,7 +259,8 @@ def _tile(tile, grid: WorkGrid, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HA
 def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr,
               IS_FP8: gl.constexpr):
-    CONSUMERS: gl.constexpr = sm.q.shape[0]  # one Q stage each
+    Q_STAGES: gl.constexpr = sm.q_bar.shape[0]
+    CONSUMERS: gl.constexpr = sm.q.shape[0] // Q_STAGES  # one Q part each per Q stage
     it = 0  # K/V ring slot, counted across work items
     done = 0  # work items finished, for the Q barriers' phases
     first, last, step = grid.steps()
@@ -261,11 +270,14 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, BLOCK_N: gl.c
         if start_m < n_rows:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
             off_hk = off_h // grid.group
-            # the consumers free the Q stage (it also stages their O) when their output is out
-            mbarrier.wait(sm.q_empty, (done & 1) ^ 1)
-            mbarrier.expect(sm.q_bar, CONSUMERS * q_desc.block_type.nbytes)
+            # the consumers free a Q stage (it also stages their O unless SEPARATE_O) when their output is out
+            qs = done % Q_STAGES
+            q_bar = sm.q_bar.index(qs)
+            mbarrier.wait(sm.q_empty.index(qs), ((done // Q_STAGES) & 1) ^ 1)
+            mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
             for w in gl.static_range(CONSUMERS):
-                tma_load(q_desc, [tma_b, q_start + start_m + w * WG_M, off_h, 0], sm.q_bar, sm.q.index(w))
+                tma_load(q_desc, [tma_b, q_start + start_m + w * WG_M, off_h, 0], q_bar,
+                         sm.q.index(qs * CONSUMERS + w))
             for start_n in range(n_lo, n_hi, BLOCK_N):
                 stage = it % STAGES
                 # a fresh barrier counts as having completed the phase before 0: the first pass does not wait
@@ -465,7 +477,8 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
               stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid: WorkGrid, qk_scale, softcap_in2,
               softcap_out, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-              REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr):
+              REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr,
+              LAZY_O_WAIT: gl.constexpr):
     bits: gl.constexpr = sm.q.dtype.primitive_bitwidth
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N, bits)
     o_layout: gl.constexpr = wgmma_layout(BLOCK_D, bits)
@@ -473,8 +486,8 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
     dtype: gl.constexpr = Out.dtype.element_ty
     # FP8's P carries 2**8 (softmax.online_softmax_update)
     P_SHIFT: gl.constexpr = 8.0 if IS_FP8 else 0.0
-    q_tile = sm.q.index(WG).reshape([WG_M, BLOCK_D])
-    CONSUMERS: gl.constexpr = sm.q.shape[0]
+    Q_STAGES: gl.constexpr = sm.q_bar.shape[0]
+    CONSUMERS: gl.constexpr = sm.q.shape[0] // Q_STAGES
     it = 0
     turns = 0
     done = 0
@@ -494,14 +507,17 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
                                                                      softcap_in2)
             row0 = start_m + WG * WG_M
             offs_m = row0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
-            mbarrier.wait(sm.q_bar, done & 1)
+            qs = done % Q_STAGES
+            q_part = qs * CONSUMERS + WG
+            q_tile = sm.q.index(q_part).reshape([WG_M, BLOCK_D])
+            mbarrier.wait(sm.q_bar.index(qs), (done // Q_STAGES) & 1)
             acc, m_i, l_i, it, turns = _attend(q_tile, sm, p_smem, it, turns, offs_m, n_rows, n_keys, n_lo, n_full_lo,
                                                n_full_hi, n_hi, tile_scale, grid.window_left, grid.window_right,
                                                tile_softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES,
                                                HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, IS_FP8, P_SHIFT)
             if SEPARATE_O:
                 # every S of this item retired inside _attend: the producer may load the next item's Q now
-                mbarrier.arrive(sm.q_empty, count=1)
+                mbarrier.arrive(sm.q_empty.index(qs), count=1)
 
             out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), P_SHIFT)
             if IS_FP8:
@@ -519,16 +535,24 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
                 o_ptrs = Out + off_h.to(gl.int64) * stride_oh + o_rows[:, None] * stride_om + cols[None, :]
                 gl.store(o_ptrs, out.to(dtype), mask=(rows[:, None] < n_rows) & (cols[None, :] < BLOCK_D))
             else:
-                # O staged for one TMA store: in this half's Q stage (free now that its last S retired), or with
-                # SEPARATE_O in its own buffer
-                o_stage = sm.o.index(WG)
+                # O staged for one TMA store: in this half's Q part (free now that its last S retired), or with
+                # SEPARATE_O in its own buffer, whose last store LAZY_O_WAIT waits for only when it is written again
+                if SEPARATE_O:
+                    o_stage = sm.o.index(WG)
+                else:
+                    o_stage = sm.q.index(q_part)
+                if LAZY_O_WAIT and SEPARATE_O:
+                    tma_store_wait(0)
                 o_stage.reshape([WG_M, BLOCK_D]).store(out.to(dtype))
                 fence_async_shared()
                 tma_store(o_desc, [off_b, row0, off_h, 0], o_stage)
-                tma_store_wait(0)
+                if not (LAZY_O_WAIT and SEPARATE_O):
+                    tma_store_wait(0)
             if not SEPARATE_O:
-                mbarrier.arrive(sm.q_empty, count=1)
+                mbarrier.arrive(sm.q_empty.index(qs), count=1)
             done += 1
+    if LAZY_O_WAIT and SEPARATE_O:
+        tma_store_wait(0)  # the last item's O is out before the program ends
 
 
 @gluon.jit(do_not_specialize=ROW_COUNTS)
@@ -540,6 +564,7 @@ def attention_fwd_sm90_kernel(
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
     PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr, CONSUMERS: gl.constexpr,
+    Q_STAGES: gl.constexpr, LAZY_O_WAIT: gl.constexpr,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -554,7 +579,7 @@ def attention_fwd_sm90_kernel(
     grid = WorkGrid(num_m, num_m * batch * nheads, section, nheads, group, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
                     total_q, total_k, window_left, window_right, Schedule)
 
-    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, WG_M, 1, BLOCK_D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [Q_STAGES * CONSUMERS, 1, WG_M, 1, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
     if IS_FP8:
         # V^T tiles: v_desc is over (batch, heads, head_dim, keys); P: two buffers per consumer
@@ -565,14 +590,15 @@ def attention_fwd_sm90_kernel(
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
         p_smem0 = q_smem  # unused
         p_smem1 = q_smem
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_bar = gl.allocate_shared_memory(gl.int64, [Q_STAGES, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_STAGES, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    mbarrier.init(q_empty, count=CONSUMERS)
+    for i in gl.static_range(Q_STAGES):
+        mbarrier.init(q_bar.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=CONSUMERS)
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     for i in gl.static_range(STAGES):
@@ -595,15 +621,15 @@ def attention_fwd_sm90_kernel(
             (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
-                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O)),
+                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
-                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O)),
+                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (2, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
-                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O)),
+                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
         ], [4, 4, 4], [CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3])
     else:
         gl.warp_specialize([
@@ -612,15 +638,16 @@ def attention_fwd_sm90_kernel(
             (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
-                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O)),
+                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
-                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O)),
+                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
-    mbarrier.invalidate(q_bar)
-    mbarrier.invalidate(q_empty)
+    for i in gl.static_range(Q_STAGES):
+        mbarrier.invalidate(q_bar.index(i))
+        mbarrier.invalidate(q_empty.index(i))
     mbarrier.invalidate(turn.index(0))
     mbarrier.invalidate(turn.index(1))
     for i in gl.static_range(STAGES):
