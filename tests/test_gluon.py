@@ -64,8 +64,8 @@ VARIANTS = [
     (64, torch.bfloat16, {"SEPARATE_O=1": True, "HAS_RIGHT": True, "REVERSE_M": True}),
     (128, torch.float16, {"SEPARATE_O=1": True, "STAGES=2": True, "Q_STAGES=2": True}),
     # the FP8 forward (IS_FP8: e4m3 inputs, P through shared memory)
-    (128, torch.float8_e4m3fn, {}),
-    (64, torch.float8_e4m3fn, {"HAS_RIGHT": True, "REVERSE_M": True}),
+    (128, torch.float8_e4m3fn, {"Q_STAGES=2": True}),
+    (64, torch.float8_e4m3fn, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True, "Q_STAGES=2": True}),
     # packed FP8 batches take Triton; 128-key tiles at d256 spill 12-28 bytes (sm_90, triton 3.9's ptxas), and
     # measured faster than 64-key tiles all the same (benchmarks/NOTES.md)
     (256, torch.float8_e4m3fn, {"HAS_LEFT": True, "HAS_RIGHT": True, "MAY_SPILL": True}),
@@ -195,6 +195,14 @@ def test_auto_and_default_tiles_per_head_dim():
     long64 = torch.empty(1, AUTO_D64_MIN_ROWS, 1, 64, dtype=torch.bfloat16)
     assert auto_declines(long64, full) is None and auto_declines(long64[:, 1:], full) is not None
     assert auto_declines(long64, causal) is not None
+    # d64 causal from fwd.AUTO_D64_CAUSAL_MIN_ROWS, plain causal only (no left edge)
+    long64c = torch.empty(1, fwd.AUTO_D64_CAUSAL_MIN_ROWS, 1, 64, dtype=torch.bfloat16)
+    assert auto_declines(long64c, causal) is None and auto_declines(long64c[:, 1:], causal) is not None
+    assert auto_declines(long64c, local) is not None
+    # FP8 dense calls take two Q stages at d64 and d128, causal or not
+    for head_dim in (64, 128):
+        for options in (full, causal):
+            assert default_tuning(head_dim, True, options)["Q_STAGES"] == 2
     assert auto_declines(long64.flatten(0, 1), packed._replace(window_right=-1)) is not None
     assert default_tuning(128, True, full)["BLOCK_N"] == 256
     assert default_tuning(128, True, causal)["BLOCK_N"] == default_tuning(128, True, local)["BLOCK_N"] == 128

@@ -118,24 +118,32 @@ CONFIGS_FP8_CAUSAL = {
     64: dict(PERSISTENT_CAUSAL=True),
     128: dict(BLOCK_N=128, STAGES=4, PINGPONG=True, PERSISTENT_CAUSAL=True),
 }
+# FP8 dense calls, causal or not, over the entries above: two Q stages, non-causal d64 512 / 1k / 2k / 4k / 16k +3 /
+# +5 / +2 / +1 / -2%, causal +3 / +7 / +10 / +6 / 0%; d128 non-causal +13 / +12 / +7 / +3 / +1%, causal +2 / +3 /
+# +2 / +2 / +4% (H100, 2026-11-25)
+CONFIGS_FP8_DENSE = {64: dict(Q_STAGES=2), 128: dict(Q_STAGES=2)}
 # where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md), except dense calls
 # without a right window edge from AUTO_D64_MIN_ROWS query rows, where three consumers beat it (bf16, H100,
-# 2026-11-24: 2k 436 against 417, 4k 453 against 414, 16k 502 against 440; 1k 360 against 378)
+# 2026-11-24: 2k 436 against 417, 4k 453 against 414, 16k 502 against 440; 1k 360 against 378), and dense causal
+# calls from AUTO_D64_CAUSAL_MIN_ROWS (2026-11-25, two Q stages: 8k 418 against 410, 16k 454 against 430; 4k level)
 AUTO_HEAD_DIMS = (128, 256)
 AUTO_HEAD_DIMS_FP8 = (64, 128, 256)
 AUTO_D64_MIN_ROWS = 2048
+AUTO_D64_CAUSAL_MIN_ROWS = 8192
 # FP8 causal calls with fewer query rows than this (per head dim) ran faster on the Triton FP8 kernel: their
 # work items hold few key tiles, so this kernel's pipeline fill and drain show (H100, NOTES.md). With the scheduled
-# grid (2026-11-24) d64 overtook it from 4k (410 against 384); d128 at 1k is level (346 against 338), at 512 not
-AUTO_FP8_CAUSAL_MIN_ROWS = {64: 4096, 128: 2048, 256: 0}
+# grid (2026-11-24) d64 overtook it from 4k (410 against 384); with two Q stages (2026-11-25) d64 at 2k is level
+# (318 against 314), d128 at 1k ahead (350 against 339), at 512 not (206 against 216)
+AUTO_FP8_CAUSAL_MIN_ROWS = {64: 4096, 128: 1024, 256: 0}
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     """Why "auto" keeps a call this kernel can run on the Triton forward (measured as fast or faster)."""
     fp8 = q.dtype == torch.float8_e4m3fn
-    d64_three = (q.shape[-1] == 64 and not fp8 and opts.window_right < 0 and q.dim() == 4
-                 and q.shape[1] >= AUTO_D64_MIN_ROWS)
-    if q.shape[-1] not in (AUTO_HEAD_DIMS_FP8 if fp8 else AUTO_HEAD_DIMS) and not d64_three:
+    d64_long = q.shape[-1] == 64 and not fp8 and q.dim() == 4 and (
+        (opts.window_right < 0 and q.shape[1] >= AUTO_D64_MIN_ROWS)
+        or (opts.causal and q.shape[1] >= AUTO_D64_CAUSAL_MIN_ROWS))
+    if q.shape[-1] not in (AUTO_HEAD_DIMS_FP8 if fp8 else AUTO_HEAD_DIMS) and not d64_long:
         return f"head dim {q.shape[-1]}: the Triton forward is as fast"
     if fp8 and opts.causal and q.dim() == 4 and q.shape[1] < AUTO_FP8_CAUSAL_MIN_ROWS[q.shape[-1]]:
         return f"FP8 causal with {q.shape[1]} query rows: the Triton FP8 kernel is faster"
@@ -152,10 +160,15 @@ CONSUMER_REGS_OF_3 = gl.constexpr(160)
 
 def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
     """CONFIGS' (CONFIGS_FP8's) entry for a call; dense calls take CONFIGS_CAUSAL's (CONFIGS_FP8_CAUSAL's) changes
-    to it with a right window edge (causal), CONFIGS_NONCAUSAL's (bf16/fp16) without."""
+    to it with a right window edge (causal), CONFIGS_NONCAUSAL's (bf16/fp16) without, and FP8 ones
+    CONFIGS_FP8_DENSE's either way."""
     configs, causal, noncausal = ((CONFIGS_FP8, CONFIGS_FP8_CAUSAL, {}) if fp8 else
                                   (CONFIGS, CONFIGS_CAUSAL, CONFIGS_NONCAUSAL))
-    changes = {} if opts.varlen else (causal if opts.window_right >= 0 else noncausal).get(head_dim, {})
+    if opts.varlen:
+        return dict(configs[head_dim])
+    changes = (causal if opts.window_right >= 0 else noncausal).get(head_dim, {})
+    if fp8:
+        changes = {**changes, **CONFIGS_FP8_DENSE.get(head_dim, {})}
     return {**configs[head_dim], **changes}
 
 
