@@ -29,7 +29,7 @@ INT_POINTERS = {"CuSeqlensQ", "CuSeqlensK", "Seed", "Flag", "CacheSeqlens", "Cac
                 "BlockTable"}
 # (batch, row, head) stride triples and the (batch, head) pair of the row statistics, one tuple argument each
 TUPLE_ARGS = {**dict.fromkeys(("stride_q", "stride_k", "stride_v", "stride_o", "stride_do", "stride_dq", "stride_dk",
-                               "stride_dv"), 3), "stride_lse": 2}
+                               "stride_dv", "stride_k_new", "stride_v_new"), 3), "stride_lse": 2}
 PLAIN = dict(HAS_LEFT=False, HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False,
              HAS_DROPOUT=False, USE_TMA=False, INTERPRET=False)
 
@@ -115,7 +115,8 @@ def triton_variants():
                     HAS_RIGHT=True, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SEQLENS=True,
                     HAS_LEFTPAD=False, HAS_BATCH_IDX=False, PAGED=True, INTERPRET=False)
     yield "triton-kvcache-d128-paged-splits", lambda: triton_ptx(
-        kvc.kvcache_attention_kernel, kv_flags, 4, 2, {"Out": "*fp32"},
+        kvc.kvcache_attention_kernel, kv_flags, 4, 2,
+        {"Out": "*fp32", "stride_o": ("i32",) * 4, "stride_lse": ("i32",) * 4},
         ("CacheLeftpad", "CacheBatchIdx", "CuSeqlensQ", "AlibiSlopes", "QDescale", "KDescale", "VDescale"))
     yield "triton-v-keys-last-relabel", lambda: triton_ptx(
         vl.v_keys_last_kernel, dict(HEAD_DIM=128, BLOCK_K=128, BLOCK_D=128, RELABEL=True), 4, 1,

@@ -22,15 +22,16 @@ def _part_lse(lse_ptr):
 
 @triton.jit
 def combine_kernel(
-    OutP, LseP, Out, Lse,
-    stride_ps, stride_pb, stride_pm, stride_ph,
-    stride_ls, stride_lb, stride_lm, stride_lh,
-    stride_ob, stride_om, stride_oh,
-    stride_Lb, stride_Lm, stride_Lh,
+    OutP, LseP, Out, Lse, stride_out_part, stride_lse_part, stride_out, stride_lse,
     n_splits, n_rows, seqlen, nheads, empty_lse,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
-    """One program per BLOCK_R rows of (batch, seqlen, heads); two passes over the parts (max, then sum)."""
+    """One program per BLOCK_R rows of (batch, seqlen, heads); two passes over the parts (max, then sum).
+    Strides: the parts' (split, batch, row, head), the outputs' (batch, row, head)."""
+    stride_ps, stride_pb, stride_pm, stride_ph = stride_out_part
+    stride_ls, stride_lb, stride_lm, stride_lh = stride_lse_part
+    stride_ob, stride_om, stride_oh = stride_out
+    stride_Lb, stride_Lm, stride_Lh = stride_lse
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     valid = rows < n_rows
     rows = tl.where(valid, rows, 0)  # out-of-range rows read row 0 and are never stored
@@ -73,10 +74,11 @@ def combine_launch(partial_shape: tuple, out_strides: tuple, lse_strides: tuple,
     block_r = 16
     sp = (seqlen * nheads * head_dim, nheads * head_dim, head_dim)
     partial = (batch * sp[0], *sp, batch * seqlen * nheads, seqlen * nheads, nheads, 1)
-    return Launch(combine_kernel, (cdiv(n_rows, block_r), 1, 1),
-                  (*partial[:4], *partial[4:], *out_strides[:3], *lse_strides, n_splits, n_rows, seqlen, nheads,
-                   empty_lse),
-                  dict(HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_R=block_r), 4, 1)
+    return Launch(combine_kernel, (cdiv(n_rows, block_r), 1, 1), (),
+                  dict(stride_out_part=partial[:4], stride_lse_part=partial[4:], stride_out=tuple(out_strides[:3]),
+                       stride_lse=tuple(lse_strides), n_splits=n_splits, n_rows=n_rows, seqlen=seqlen, nheads=nheads,
+                       empty_lse=empty_lse, HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_R=block_r),
+                  4, 1)
 
 
 def combine(out_partial: torch.Tensor, lse_partial: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
@@ -88,9 +90,7 @@ def combine(out_partial: torch.Tensor, lse_partial: torch.Tensor, out: torch.Ten
         return
     block_r = 16
     combine_kernel[(cdiv(n_rows, block_r),)](
-        out_partial, lse_partial, out, lse,
-        out_partial.stride(0), out_partial.stride(1), out_partial.stride(2), out_partial.stride(3),
-        *lse_partial.stride(), *out.stride()[:3], *lse.stride(),
-        n_splits, n_rows, seqlen, nheads, empty_lse,
+        out_partial, lse_partial, out, lse, out_partial.stride()[:4], lse_partial.stride(), out.stride()[:3],
+        lse.stride(), n_splits, n_rows, seqlen, nheads, empty_lse,
         HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_R=block_r, num_warps=4,
     )

@@ -66,9 +66,8 @@ def cache_sequence(off_b, CacheSeqlens, CacheLeftpad, CacheBatchIdx, seqlen_new,
 def kvcache_attention_kernel(
     Q, KCache, VCache, Out, Lse, Flag, CacheSeqlens, CacheLeftpad, CacheBatchIdx, BlockTable, CuSeqlensQ,
     AlibiSlopes, QDescale, KDescale, VDescale,
-    stride_qb, stride_qm, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
-    stride_os, stride_ob, stride_om, stride_oh, stride_ls, stride_lb, stride_lm, stride_lh, stride_bt,
-    stride_alibi_b, nheads, group, seqlen_q, seqlen_new, capacity, cache_rows, num_pages, page_size, total_q,
+    stride_q, stride_k, stride_v, stride_o, stride_lse, stride_bt, stride_alibi_b,
+    nheads, group, seqlen_q, seqlen_new, capacity, cache_rows, num_pages, page_size, total_q,
     qk_scale, window_left, window_right, softcap_in2, softcap_out,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     G: tl.constexpr, G_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, HAS_LEFT: tl.constexpr,
@@ -80,7 +79,13 @@ def kvcache_attention_kernel(
     query position, G of them used); G = 1 without packing. With NUM_SPLITS = 1, Out/Lse are the final
     outputs (lse +inf for a row that sees no key); otherwise fp32 partials (lse -inf when empty).
     IS_FP8: q and the caches are e4m3 with (batch, nheads_k) descales; they are widened to bf16 (exactly) and
-    the matmuls run in bf16: decoding is bound by reading the cache, which FP8 halves."""
+    the matmuls run in bf16: decoding is bound by reading the cache, which FP8 halves.
+    stride_q, _k, _v: (batch, row, head) strides; stride_o, stride_lse: (split, batch, row, head)."""
+    stride_qb, stride_qm, stride_qh = stride_q
+    stride_kb, stride_kn, stride_kh = stride_k
+    stride_vb, stride_vn, stride_vh = stride_v
+    stride_os, stride_ob, stride_om, stride_oh = stride_o
+    stride_ls, stride_lb, stride_lm, stride_lh = stride_lse
     start_r = tl.program_id(0) * BLOCK_M
     pid_bh = tl.program_id(1)
     split = tl.program_id(2)
@@ -177,14 +182,16 @@ def kvcache_attention_kernel(
 @triton.jit
 def kvcache_append_kernel(
     KNew, VNew, KCache, VCache, CacheSeqlens, CacheLeftpad, CacheBatchIdx, BlockTable,
-    stride_knb, stride_knm, stride_knh, stride_vnb, stride_vnm, stride_vnh,
-    stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh, stride_bt,
-    seqlen_new, capacity, cache_rows, num_pages, page_size,
+    stride_k_new, stride_v_new, stride_k, stride_v, stride_bt, seqlen_new, capacity, cache_rows, num_pages, page_size,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, HAS_SEQLENS: tl.constexpr,
     HAS_LEFTPAD: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, PAGED: tl.constexpr,
 ):
     """Write new key/value rows j of sequence b at cache positions cache_seqlens[b] + j. A sequence that
-    fails a check (the attention kernel reports it) writes nothing."""
+    fails a check (the attention kernel reports it) writes nothing. Strides: (batch, row, head) each."""
+    stride_knb, stride_knm, stride_knh = stride_k_new
+    stride_vnb, stride_vnm, stride_vnh = stride_v_new
+    stride_kb, stride_kn, stride_kh = stride_k
+    stride_vb, stride_vn, stride_vh = stride_v
     start_m = tl.program_id(0) * BLOCK_M
     off_b = tl.program_id(1)
     off_hk = tl.program_id(2)
@@ -272,7 +279,7 @@ class KVCachePlan:
             q_strides = (0, q.stride(0), q.stride(1))
         else:
             batch, seqlen_q, nheads, head_dim = q.shape
-            q_strides = q.stride()[:3]
+            q_strides = tuple(q.stride()[:3])
         nheads_k = k_cache.shape[2]
         group = nheads // nheads_k
         paged = block_table is not None
@@ -320,10 +327,11 @@ class KVCachePlan:
         flags = dict(HAS_SEQLENS=cache_seqlens is not None, HAS_LEFTPAD=cache_leftpad is not None,
                      HAS_BATCH_IDX=cache_batch_idx is not None, PAGED=paged)
         self.attend = Launch(
-            kvcache_attention_kernel, (m_tiles, batch * (nheads // g), num_splits),
-            (*q_strides, *k_cache.stride()[:3], *v_cache.stride()[:3], *o_strides, *l_strides, stride_bt),
-            dict(named, nheads=nheads, group=group, seqlen_q=seqlen_q, seqlen_new=seqlen_new, capacity=capacity,
-                 cache_rows=cache_rows, num_pages=num_pages, page_size=page_size, total_q=total_q,
+            kvcache_attention_kernel, (m_tiles, batch * (nheads // g), num_splits), (),
+            dict(named, stride_q=q_strides, stride_k=k_cache.stride()[:3], stride_v=v_cache.stride()[:3],
+                 stride_o=o_strides, stride_lse=l_strides, stride_bt=stride_bt, nheads=nheads, group=group,
+                 seqlen_q=seqlen_q, seqlen_new=seqlen_new, capacity=capacity, cache_rows=cache_rows,
+                 num_pages=num_pages, page_size=page_size, total_q=total_q,
                  HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, G=g, G_PAD=g_pad,
                  NUM_SPLITS=num_splits, INTERPRET=INTERPRET, IS_FP8=fp8, **flags),
             4, num_stages)
@@ -341,10 +349,11 @@ class KVCachePlan:
         if seqlen_new > 0:
             block = 16
             self.append = Launch(
-                kvcache_append_kernel, (cdiv(seqlen_new, block), batch, nheads_k),
-                (*k_new.stride()[:3], *v_new.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], stride_bt,
-                 seqlen_new, capacity, cache_rows, num_pages, page_size),
-                dict(HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block, **flags), 4, 1)
+                kvcache_append_kernel, (cdiv(seqlen_new, block), batch, nheads_k), (),
+                dict(stride_k_new=k_new.stride()[:3], stride_v_new=v_new.stride()[:3], stride_k=k_cache.stride()[:3],
+                     stride_v=v_cache.stride()[:3], stride_bt=stride_bt, seqlen_new=seqlen_new, capacity=capacity,
+                     cache_rows=cache_rows, num_pages=num_pages, page_size=page_size, HEAD_DIM=head_dim,
+                     BLOCK_D=block_d, BLOCK_M=block, **flags), 4, 1)
 
     def __call__(self, q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
                  opts: AttnOptions, flag: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
