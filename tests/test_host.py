@@ -268,6 +268,7 @@ def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
     from flashattn2.kernels import common
     from flashattn2.kernels.sm90 import backward as bwd_sm90
     from flashattn2.kernels.sm90 import forward as fwd_sm90
+    from flashattn2.kernels.sm90.common import TUPLE_STRIDES
 
     monkeypatch.setattr(common, "_index", lambda device: 0)
     monkeypatch.setattr(common, "_l2_bytes", lambda index: 50 << 20)
@@ -278,6 +279,8 @@ def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
     def record(self, *tensors):
         signature = inspect.signature(self.kernel.fn)
         bound.append(signature.bind(*tensors, *self.scalars, **self.named).arguments)
+        for name, length in TUPLE_STRIDES.items():  # the kernels unpack these tuples by their length
+            assert name not in bound[-1] or len(bound[-1][name]) == length, name
 
     monkeypatch.setattr(launch.Launch, "__call__", record)
     torch.manual_seed(0)

@@ -451,8 +451,8 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, dq_desc
 @gluon.jit(do_not_specialize=ROW_COUNTS)
 def attention_bwd_sm90_kernel(
     q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, dK, dV, CuSeqlensQ, CuSeqlensK, AlibiSlopes,
-    stride_dkb, stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_lse_b, stride_lse_h,
-    stride_alibi_b, nheads, nheads_k, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left,
+    stride_dk, stride_dv, stride_lse, stride_alibi_b,
+    nheads, nheads_k, seqlen_q, seqlen_k, total_q, total_k, qk_scale, softmax_scale, window_left,
     window_right, softcap_in2, softcap_out, num_tiles, section,
     BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
@@ -464,7 +464,11 @@ def attention_bwd_sm90_kernel(
     warpgroup), or with SPLIT_D of 64 (half the head dim per warpgroup). The work items are the (key tile,
     batch x kv head) pairs; program i takes items i, i + grid, ... (a persistent grid when the launch is
     smaller than the work: the producer then loads the next item's K and V while the consumers write the
-    last one's dK and dV). Descriptors as in forward.py."""
+    last one's dK and dV). Descriptors as in forward.py. stride_dk, stride_dv: (batch, row, head) strides;
+    stride_lse: Lse's and Delta's (batch, head)."""
+    stride_dkb, stride_dkn, stride_dkh = stride_dk
+    stride_dvb, stride_dvn, stride_dvh = stride_dv
+    stride_lse_b, stride_lse_h = stride_lse
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = WG_M if SPLIT_D else 2 * WG_M
     dtype: gl.constexpr = q_desc.dtype
@@ -601,8 +605,7 @@ class Sm90Backward:
         self.q_layout = shared_layout(self.q_block, q.dtype)
         self.kv_layout = shared_layout(self.kv_block, q.dtype)
         self.dq_layout = shared_layout(self.dq_block, torch.float32)
-        lse_sb, lse_sh = lse_strides(lse, opts.varlen)
-        grads = [row_strides(torch.empty(x.shape, device="meta"), opts.varlen) for x in (k, v)]
+        stride_dk, stride_dv = (row_strides(torch.empty(x.shape, device="meta"), opts.varlen) for x in (k, v))
         block_n = WG_M if tuning["SPLIT_D"] else 2 * WG_M  # keys per work item
         num_tiles = grid = cdiv(seqlen_k, block_n) * batch * nheads_k
         if persistent and opts.window_right < 0 and not opts.varlen:
@@ -614,11 +617,11 @@ class Sm90Backward:
             # a kv head's items stream its query heads' Q, dO (input dtype) and dQ (fp32) rows
             section = l2_section(nheads // nheads_k * seqlen_q * head_dim * (2 * q.element_size() + 4), q.device,
                                  l2_share)
-        named = dict(nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
+        named = dict(stride_dk=stride_dk, stride_dv=stride_dv, stride_lse=lse_strides(lse, opts.varlen),
+                     nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
                      total_k=k.shape[0], softmax_scale=opts.softmax_scale, num_tiles=num_tiles, section=section,
                      **opts.kernel_args(), **tuning)
-        self.launch = Launch(attention_bwd_sm90_kernel, (max(grid, 1), 1, 1),
-                             (*grads[0], *grads[1], lse_sb, lse_sh), named, num_warps=4, num_stages=1,
+        self.launch = Launch(attention_bwd_sm90_kernel, (max(grid, 1), 1, 1), (), named, num_warps=4, num_stages=1,
                              options=dict(maxnreg=MAXNREG))
 
     def __call__(self, dout, q, k, v, lse, delta, dq_acc, dk, dv, opts: AttnOptions) -> None:

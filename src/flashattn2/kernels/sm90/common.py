@@ -140,6 +140,11 @@ def descriptor(x: torch.Tensor, block: list[int], layout) -> TensorDescriptor:
     return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
 
 
+# the Gluon kernels' tuple arguments: (row, head) strides of O, (batch, head) of the row statistics, (batch, row,
+# head) of the packed dK / dV
+TUPLE_STRIDES = {"stride_o": 2, "stride_lse": 2, "stride_dk": 3, "stride_dv": 3}
+
+
 def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[str, int], types: dict[str, str],
                   constants: dict, maxnreg: int):
     """Compile a Gluon kernel of these modules for sm_90 without a GPU (`triton.compile` with a CUDA target).
@@ -156,6 +161,8 @@ def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[s
         types[name] = f"tensordesc<{type_name}[{','.join(map(str, block))}],{layout!r}>"
     types = {name: t.replace("DTYPE", type_name) for name, t in types.items()}
     names = kernel.arg_names
-    signature = {n: "constexpr" if n in constants else types.get(n, "i32") for n in names}
+    # stride_* arguments not typed otherwise are int32 tuples of the length their TUPLE_STRIDES entry gives
+    signature = {n: "constexpr" if n in constants else types.get(n, ("i32",) * TUPLE_STRIDES[n] if n in TUPLE_STRIDES
+                                                                   else "i32") for n in names}
     source = GluonASTSource(kernel, signature, {(names.index(n),): value for n, value in constants.items()})
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))

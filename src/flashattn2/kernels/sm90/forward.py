@@ -571,7 +571,7 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
 @gluon.jit(do_not_specialize=ROW_COUNTS)
 def attention_fwd_sm90_kernel(
     q_desc, k_desc, v_desc, o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale,
-    Schedule, stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b,
+    Schedule, stride_o, stride_lse, stride_alibi_b,
     batch, nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
     softcap_out, section,
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
@@ -585,7 +585,10 @@ def attention_fwd_sm90_kernel(
 
     The work items are the (64 x CONSUMERS-row query tile, batch x head) pairs; program i takes items i, i + grid,
     ... (a persistent grid when the launch is smaller than the work: the producer then loads the next
-    item's tiles while the consumers finish the last one's output)."""
+    item's tiles while the consumers finish the last one's output). stride_o: O's (row, head) strides (its
+    pointer stores), stride_lse: Lse's (batch, head)."""
+    stride_om, stride_oh = stride_o
+    stride_lse_b, stride_lse_h = stride_lse
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     dtype: gl.constexpr = q_desc.dtype
     num_m = gl.cdiv(seqlen_q, CONSUMERS * WG_M)
@@ -738,13 +741,12 @@ class Sm90ForwardPlan:
                                  f"BLOCK_N={block_n}")
             self.v_block = [1, 1, head_dim, block_n]
             self.v_layout = shared_layout(self.v_block, q.dtype)
-        lse_sb, lse_sh = lse_strides(torch.empty(self.lse_shape, device="meta"), varlen)
-        _, stride_om, stride_oh = row_strides(torch.empty(self.out_shape, device="meta"), varlen)
-        named = dict(batch=batch, nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+        named = dict(stride_o=row_strides(torch.empty(self.out_shape, device="meta"), varlen)[1:],
+                     stride_lse=lse_strides(torch.empty(self.lse_shape, device="meta"), varlen), batch=batch,
+                     nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
                      total_q=q.shape[0], total_k=k.shape[0], section=section, **opts.kernel_args())
         self.attend = Launch(
-            attention_fwd_sm90_kernel, (max(num_tiles, 1), 1, 1),
-            (stride_om, stride_oh, lse_sb, lse_sh),
+            attention_fwd_sm90_kernel, (max(num_tiles, 1), 1, 1), (),
             dict(named, REVERSE_M=named["HAS_RIGHT"], IS_FP8=fp8, **tuning),
             num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG[consumers]))
 
