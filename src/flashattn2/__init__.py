@@ -5,6 +5,7 @@
 """
 
 from .bert_padding import pad_input, unpad_input
+from .flex import create_block_mask, flex_attention
 from .fp8 import quantize_fp8
 from .inference import flash_attn_combine, flash_attn_with_kvcache
 from .interface import (
@@ -36,6 +37,8 @@ __all__ = [
     "apply_rotary_emb",
     "quantize_fp8",
     "scaled_dot_product_attention",
+    "flex_attention",
+    "create_block_mask",
     "unpad_input",
     "pad_input",
     "attention_ref",

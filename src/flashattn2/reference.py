@@ -131,3 +131,21 @@ def attention_fp8_ref(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_de
     vd_h = v_descale.repeat_interleave(group, dim=1)[:, None, :, None]
     out = torch.einsum("bhqk,bkhd->bqhd", p8.float(), v) * (vd_h / 256.0)
     return out.to(torch.bfloat16), lse
+
+
+def flex_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                       scale: float | None = None, upcast: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact attention on FlexAttention's (batch, heads, seqlen, head_dim) tensors under a dense mask (batch or 1,
+    heads or 1, seqlen_q, seqlen_k), True where a query sees a key; returns (out, lse), lse natural log. Rows
+    that see no key give out 0 and lse -inf, as FlexAttention does. upcast as in attention_ref."""
+    if upcast:
+        q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(scores.to(torch.float64 if upcast else torch.float32), dim=-1)
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a row of -inf alone gives NaN
+    return probs.to(v.dtype) @ v, lse

@@ -1,0 +1,137 @@
+"""FlexAttention's API on flashattn2's kernels: `flex_attention` and `create_block_mask` with
+torch.nn.attention.flex_attention's signatures, layout (batch, heads, seqlen, head_dim) and results, so that
+switching is one import.
+
+What runs today (docs/flex.md): a `block_mask` made by `create_block_mask` from any `mask_mod` torch can run (its
+closures over captured tensors included), forward only, fp16/bf16, head dims up to 256, GQA with enable_gqa,
+seqlen_q != seqlen_k. Key blocks the mask leaves out are never visited, full blocks skip the mask bits, partial
+blocks read one bit per (query, key) that mask_mod gave once per block mask. `score_mod` and the backward raise
+NotImplementedError naming them.
+"""
+
+from collections.abc import Callable
+
+import torch
+from torch.nn.attention.flex_attention import BlockMask
+from torch.nn.attention.flex_attention import create_block_mask as _torch_create_block_mask
+
+from .checks import check_gqa, check_tensors
+from .kernels.launch import PlanCache
+from .kernels.portable.flex import flex_forward, partial_block_bits
+
+__all__ = ["BlockMask", "create_block_mask", "flex_attention"]
+
+# partial-block bits per block mask, made once: mask_mod runs on the host side (a sync, outside CUDA graphs)
+_bits = PlanCache(limit=64)
+
+
+def create_block_mask(mask_mod: Callable, B: int | None, H: int | None, Q_LEN: int, KV_LEN: int,
+                      device: str | torch.device = "cuda", BLOCK_SIZE: int | tuple[int, int] = 128) -> BlockMask:
+    """torch.nn.attention.flex_attention.create_block_mask: the BlockMask of mask_mod(b, h, q_idx, kv_idx) (True
+    where query q_idx may see key kv_idx) over B batches and H heads (None: the same for all)."""
+    return _torch_create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=device, BLOCK_SIZE=BLOCK_SIZE)
+
+
+def _checked_mask(block_mask: BlockMask, batch: int, nheads: int, seqlen_q: int, seqlen_k: int) -> None:
+    if not isinstance(block_mask, BlockMask):
+        raise TypeError(f"block_mask must be a BlockMask (create_block_mask makes one), got "
+                        f"{type(block_mask).__name__}")
+    if tuple(block_mask.seq_lengths) != (seqlen_q, seqlen_k):
+        raise ValueError(f"block_mask was made for (Q_LEN, KV_LEN) = {tuple(block_mask.seq_lengths)}, but query and "
+                         f"key have {seqlen_q} and {seqlen_k} rows: make it with create_block_mask(..., {seqlen_q}, "
+                         f"{seqlen_k})")
+    mask_b, mask_h = block_mask.kv_num_blocks.shape[:2]
+    if mask_b not in (1, batch) or mask_h not in (1, nheads):
+        raise ValueError(f"block_mask is for B={mask_b}, H={mask_h}; the query has batch {batch} and {nheads} heads "
+                         f"(B and H must match them or be 1)")
+    sparse_q, sparse_kv = block_mask.BLOCK_SIZE
+    if sparse_q < 16 or sparse_q & (sparse_q - 1) or sparse_kv < 32 or sparse_kv & (sparse_kv - 1):
+        raise ValueError(f"block_mask.BLOCK_SIZE must be powers of two, at least 16 query and 32 key rows, got "
+                         f"{block_mask.BLOCK_SIZE}")
+
+
+def _mask_bits(block_mask: BlockMask, seqlen_q: int, seqlen_k: int):
+    key = (id(block_mask), block_mask.kv_indices.data_ptr(), block_mask.kv_num_blocks.data_ptr(), seqlen_q, seqlen_k)
+    hit = _bits.get(key)
+    if hit is None:
+        # the mask is kept in the entry, so that its id is not reused while the entry lives
+        hit = _bits.add(key, (block_mask, partial_block_bits(block_mask, seqlen_q, seqlen_k)))
+    return hit[1]
+
+
+class _FlexForwardOnly(torch.autograd.Function):
+    """The forward for inputs that require grad; a backward through it raises, naming why."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, block_mask, scale, bits):
+        out, lse = flex_forward(query, key, value, block_mask, scale, bits)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        raise NotImplementedError("flashattn2.flex_attention has no backward yet: call it under torch.no_grad(), or "
+                                  "use torch.nn.attention.flex_attention.flex_attention to train with this mask")
+
+
+def flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score_mod: Callable | None = None,
+                   block_mask: BlockMask | None = None, scale: float | None = None, enable_gqa: bool = False,
+                   return_lse: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """torch.nn.attention.flex_attention.flex_attention: softmax(query key^T scale, masked by block_mask) value.
+
+    Arguments:
+        query: (batch, heads, seqlen_q, head_dim); key, value: (batch, heads_k, seqlen_k, head_dim).
+        score_mod: not supported yet (NotImplementedError).
+        block_mask: a BlockMask from create_block_mask for (seqlen_q, seqlen_k); None: every key is seen.
+        scale: the scores' factor; default 1 / sqrt(head_dim).
+        enable_gqa: let heads_k divide heads (query head h reads key head h // (heads / heads_k)).
+        return_lse: also return the log-sum-exp of the scores (natural log), (batch, heads, seqlen_q) float32.
+    Return:
+        out (batch, heads, seqlen_q, head_dim), and lse with return_lse. Rows that see no key give out 0 and lse
+        -inf, as FlexAttention gives.
+    """
+    if score_mod is not None:
+        raise NotImplementedError("flashattn2.flex_attention does not take score_mod yet: softcap, ALiBi and windows "
+                                  "run through flash_attn_func's softcap, alibi_slopes and window_size")
+    check_tensors(query, key, value, 4, "(batch, heads, seqlen, head_dim)")
+    batch, nheads, seqlen_q, head_dim = query.shape
+    _, nheads_k, seqlen_k, _ = key.shape
+    if key.shape[0] != batch or value.shape[:3] != key.shape[:3] or key.shape[3] != head_dim or \
+            value.shape[3] != head_dim:
+        raise ValueError(f"query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} must "
+                         f"share batch and head_dim, and key and value their heads and seqlen")
+    if head_dim > 256:
+        raise ValueError(f"head_dim must be at most 256, got {head_dim}")
+    if nheads_k != nheads:
+        if not enable_gqa:
+            raise ValueError(f"query has {nheads} heads and key {nheads_k}: pass enable_gqa=True for grouped-query "
+                             f"attention")
+        check_gqa(nheads, nheads_k)
+    if scale is None:
+        scale = head_dim ** -0.5
+    elif not scale > 0.0:
+        raise ValueError(f"scale must be positive, got {scale}")
+    if block_mask is None:
+        block_mask = _full_mask(seqlen_q, seqlen_k, query.device)
+    _checked_mask(block_mask, batch, nheads, seqlen_q, seqlen_k)
+    if block_mask.kv_indices.device != query.device:
+        raise ValueError(f"block_mask is on {block_mask.kv_indices.device}, the inputs on {query.device}")
+    bits = _mask_bits(block_mask, seqlen_q, seqlen_k)
+    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+        out, lse = _FlexForwardOnly.apply(query, key, value, block_mask, float(scale), bits)
+    else:
+        out, lse = flex_forward(query, key, value, block_mask, float(scale), bits)
+    return (out, lse) if return_lse else out
+
+
+_full_masks = PlanCache(limit=64)
+
+
+def _full_mask(seqlen_q: int, seqlen_k: int, device: torch.device) -> BlockMask:
+    """A block mask that sees every key: every block full."""
+    key = (seqlen_q, seqlen_k, str(device))
+    hit = _full_masks.get(key)
+    if hit is None:
+        hit = _full_masks.add(key, create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= 0, None, None, seqlen_q,
+                                                     seqlen_k, device=device))
+    return hit

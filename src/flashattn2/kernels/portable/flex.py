@@ -1,0 +1,179 @@
+"""FlexAttention's block masks on the portable kernels: the forward over a BlockMask's key blocks.
+
+A BlockMask (torch.nn.attention.flex_attention) lists, per (batch, head, query block), the key blocks a block of
+queries sees: partial ones (kv_num_blocks / kv_indices), whose elements mask_mod decides, and full ones
+(full_kv_num_blocks / full_kv_indices), seen whole. Key blocks in neither list are never visited. mask_mod is
+evaluated on the host side once per partial block (partial_block_bits, on the GPU when the mask is there) into
+one bit per (query, key); the kernel reads those bits, so any mask_mod torch can run works here unchanged.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import common
+from ..common import INTERPRET, cdiv, load_rows, mma, padded_head_dim, round_to, store_rows
+from ..device.softmax import finalize, online_softmax_update
+
+# mask_mod is evaluated on this many partial blocks at a time (bounds the host side's temporary memory)
+EVAL_CHUNK = 256
+
+
+@triton.jit
+def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, Indices, Ids, MaskBits, offs_m, offs_d,
+                 q_block_start, seqlen_q, seqlen_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                 BLOCK_N: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, PARTIAL: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    """Fold the key blocks of one list (Num of them at Indices) into (acc, m_i, l_i); PARTIAL blocks apply their
+    mask bits (Ids: each block's row in MaskBits)."""
+    WORDS: tl.constexpr = SPARSE_KV // 32
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for j in range(tl.load(Num)):
+        kv_block = tl.load(Indices + j)
+        if PARTIAL:
+            bits = MaskBits + tl.load(Ids + j).to(tl.int64) * (SPARSE_Q * WORDS) + \
+                (offs_m - q_block_start)[:, None] * WORDS
+        for sub in tl.static_range(SPARSE_KV // BLOCK_N):
+            start_n = kv_block * SPARSE_KV + sub * BLOCK_N
+            offs_n = start_n + offs_n0
+            k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
+                          BLOCK_D, True)
+            qk = mma(q, tl.trans(k), None, INTERPRET)
+            visible = (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
+            if PARTIAL:
+                col = sub * BLOCK_N + offs_n0  # the key's place in its mask block
+                word = tl.load(bits + (col // 32)[None, :])
+                visible = visible & (((word >> (col % 32)[None, :]) & 1) != 0)
+            qk = tl.where(visible, qk, float("-inf"))
+            p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, qk_scale, True)
+            v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
+                          BLOCK_D, True)
+            acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
+    return acc, m_i, l_i
+
+
+@triton.jit
+def flex_fwd_kernel(
+    Q, K, V, Out, Lse, KvNum, KvIndices, PartialIds, FullNum, FullIndices, MaskBits,
+    stride_q, stride_k, stride_v, stride_o, stride_lse, stride_num, stride_idx, stride_full_num, stride_full_idx,
+    group, seqlen_q, seqlen_k, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """One program per (query tile, batch x head): Out = softmax(Q K^T scale, masked by the block mask) V and Lse
+    (natural log; -inf and Out 0 for rows that see no key, as FlexAttention gives). Q, K, V, Out are (batch,
+    heads, seqlen, head_dim) with (batch, head, row) strides stride_q ... stride_o; stride_lse (batch, head). The
+    block lists are (batch, head, query block[, j]) with stride 0 where the mask broadcasts. GQA: query head h
+    reads key head h // group."""
+    stride_qb, stride_qh, stride_qm = stride_q
+    stride_kb, stride_kh, stride_kn = stride_k
+    stride_vb, stride_vh, stride_vn = stride_v
+    stride_ob, stride_oh, stride_om = stride_o
+    start_m = tl.program_id(0) * BLOCK_M
+    off_b = tl.program_id(1)
+    off_h = tl.program_id(2)
+    off_hk = off_h // group
+    q_block = start_m // SPARSE_Q
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    off_b64 = off_b.to(tl.int64)
+    q = load_rows(Q + off_b64 * stride_qb + off_h.to(tl.int64) * stride_qh + offs_m[:, None] * stride_qm
+                  + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
+    k_base = K + off_b64 * stride_kb + off_hk.to(tl.int64) * stride_kh
+    v_base = V + off_b64 * stride_vb + off_hk.to(tl.int64) * stride_vh
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    row = off_b * stride_num[0] + off_h * stride_num[1] + q_block * stride_num[2]
+    lists = off_b * stride_idx[0] + off_h * stride_idx[1] + q_block * stride_idx[2]
+    acc, m_i, l_i = _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, KvNum + row,
+                                 KvIndices + lists, PartialIds + lists, MaskBits, offs_m, offs_d, q_block * SPARSE_Q,
+                                 seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, True,
+                                 INTERPRET)
+    if HAS_FULL:
+        row = off_b * stride_full_num[0] + off_h * stride_full_num[1] + q_block * stride_full_num[2]
+        lists = off_b * stride_full_idx[0] + off_h * stride_full_idx[1] + q_block * stride_full_idx[2]
+        acc, m_i, l_i = _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, FullNum + row,
+                                     FullIndices + lists, FullIndices, MaskBits, offs_m, offs_d, q_block * SPARSE_Q,
+                                     seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV,
+                                     False, INTERPRET)
+    out, lse = finalize(acc, m_i, l_i)
+    lse = tl.where(lse == float("inf"), float("-inf"), lse)  # FlexAttention's empty row
+    store_rows(Out + off_b64 * stride_ob + off_h.to(tl.int64) * stride_oh + offs_m[:, None] * stride_om
+               + offs_d[None, :], round_to(out, Out.dtype.element_ty, INTERPRET), offs_m, seqlen_q, offs_d, HEAD_DIM,
+               BLOCK_D)
+    tl.store(Lse + off_b64 * stride_lse[0] + off_h.to(tl.int64) * stride_lse[1] + offs_m, lse, mask=offs_m < seqlen_q)
+
+
+def _vmapped(mask_mod):
+    """mask_mod over (block, query, key) grids: FlexAttention's mods are written for scalar indices."""
+    fn = torch.vmap(mask_mod, in_dims=(None, None, None, 0))
+    fn = torch.vmap(fn, in_dims=(None, None, 0, None))
+    return torch.vmap(fn, in_dims=(0, 0, 0, 0))
+
+
+def partial_block_bits(block_mask, seqlen_q: int, seqlen_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, bits): ids like block_mask.kv_indices, each partial block's row in bits; bits (partial blocks,
+    query rows of a block, key columns / 32) int32, bit c of word w of row r set where mask_mod lets query r see
+    key 32 w + c of the block. Indices past the sequence ends are clamped to the last row / key before mask_mod
+    sees them (their scores are masked in the kernel anyway)."""
+    sparse_q, sparse_kv = block_mask.BLOCK_SIZE
+    num, indices = block_mask.kv_num_blocks, block_mask.kv_indices
+    device = indices.device
+    slots = torch.arange(indices.shape[-1], device=device)
+    used = slots < num[..., None].long()  # (B, H, QB, max blocks): which list entries are real
+    where = used.nonzero()
+    ids = torch.zeros(indices.shape, dtype=torch.int32, device=device)
+    ids[used] = torch.arange(where.shape[0], dtype=torch.int32, device=device)
+    words = torch.empty(where.shape[0], sparse_q, sparse_kv // 32, dtype=torch.int32, device=device)
+    fn = _vmapped(block_mask.mask_mod)
+    rows, cols = torch.arange(sparse_q, device=device), torch.arange(sparse_kv, device=device)
+    shifts = torch.arange(32, device=device, dtype=torch.int64)
+    for lo in range(0, where.shape[0], EVAL_CHUNK):
+        at = where[lo:lo + EVAL_CHUNK]
+        b, h, qb = at[:, 0], at[:, 1], at[:, 2]
+        kb = indices[b, h, qb, at[:, 3]].long()
+        q_idx = (qb[:, None] * sparse_q + rows).clamp(max=max(seqlen_q - 1, 0))
+        kv_idx = (kb[:, None] * sparse_kv + cols).clamp(max=max(seqlen_k - 1, 0))
+        seen = fn(b, h, q_idx, kv_idx).to(torch.int64).view(len(at), sparse_q, sparse_kv // 32, 32)
+        packed = (seen << shifts).sum(-1)  # 0 .. 2**32 - 1: wrapped into int32 below
+        words[lo:lo + EVAL_CHUNK] = torch.where(packed >= 2 ** 31, packed - 2 ** 32, packed).to(torch.int32)
+    return ids, words
+
+
+def _broadcast(x: torch.Tensor, batch: int, nheads: int) -> tuple[torch.Tensor, tuple]:
+    """x (1 or batch, 1 or nheads, ...) and its first three strides, 0 where it broadcasts."""
+    x = x.expand(batch, nheads, *x.shape[2:])
+    return x, tuple(x.stride()[:3])
+
+
+def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, scale: float,
+                 bits: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of checked (batch, heads, seqlen, head_dim) inputs under block_mask; bits from
+    partial_block_bits."""
+    batch, nheads, seqlen_q, head_dim = q.shape
+    seqlen_k = k.shape[2]
+    sparse_q, sparse_kv = block_mask.BLOCK_SIZE
+    out = common.empty(q.shape, q.dtype, q.device)
+    lse = common.empty((batch, nheads, seqlen_q), torch.float32, q.device)
+    if out.numel() == 0:
+        lse.fill_(float("-inf"))
+        return out, lse
+    ids, words = bits
+    num, s_num = _broadcast(block_mask.kv_num_blocks, batch, nheads)
+    idx, s_idx = _broadcast(block_mask.kv_indices, batch, nheads)
+    ids, _ = _broadcast(ids, batch, nheads)
+    has_full = block_mask.full_kv_num_blocks is not None
+    full_num, s_full_num = _broadcast(block_mask.full_kv_num_blocks, batch, nheads) if has_full else (num, s_num)
+    full_idx, s_full_idx = _broadcast(block_mask.full_kv_indices, batch, nheads) if has_full else (idx, s_idx)
+    block_m, block_n = (min(32, sparse_q), min(32, sparse_kv)) if INTERPRET else (min(64, sparse_q),
+                                                                                  min(64, sparse_kv))
+    grid = (cdiv(seqlen_q, block_m), batch, nheads)
+    flex_fwd_kernel[grid](
+        q, k, v, out, lse, num, idx, ids, full_num, full_idx, words if words.numel() else num,
+        q.stride()[:3], k.stride()[:3], v.stride()[:3], out.stride()[:3], lse.stride()[:2], s_num, s_idx,
+        s_full_num, s_full_idx, nheads // k.shape[1], seqlen_q, seqlen_k, scale * 1.4426950408889634,
+        HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
+        SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv, HAS_FULL=has_full, INTERPRET=INTERPRET,
+        num_warps=4, num_stages=2)
+    return out, lse

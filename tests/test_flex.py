@@ -1,0 +1,96 @@
+"""flashattn2.flex_attention against a float64 reference by flash_attn's rule, on the CPU interpreter and the
+GPU: block masks from mask_mod (partial, full and empty blocks), GQA, seqlen_q != seqlen_k, cut blocks, rows that
+see no key; and the named errors."""
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import create_mask
+
+import flashattn2
+from flashattn2.reference import flex_attention_ref
+from helpers import DEVICE, FWD_FACTOR, assert_close_to_ref, randn
+
+
+def _check(q, k, v, mask_mod, B, H, block_size, enable_gqa=False, scale=None):
+    seqlen_q, seqlen_k = q.shape[2], k.shape[2]
+    block_mask = flashattn2.create_block_mask(mask_mod, B, H, seqlen_q, seqlen_k, device=DEVICE,
+                                              BLOCK_SIZE=block_size)
+    out, lse = flashattn2.flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa,
+                                         return_lse=True)
+    mask = create_mask(mask_mod, B, H, seqlen_q, seqlen_k, device=DEVICE)
+    ref, ref_lse = flex_attention_ref(q, k, v, mask, scale)
+    pt, _ = flex_attention_ref(q, k, v, mask, scale, upcast=False)
+    assert out.dtype == q.dtype and lse.dtype == torch.float32 and lse.shape == q.shape[:3]
+    assert_close_to_ref("out", out, ref, pt, FWD_FACTOR)
+    empty = ~mask.expand(q.shape[0], q.shape[1], -1, -1).any(-1)
+    assert torch.equal(lse.isneginf(), empty)
+    torch.testing.assert_close(lse.double()[~empty], ref_lse[~empty], rtol=1e-4, atol=1e-4)
+    return block_mask, empty
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_flex_document_mask_gqa(dtype):
+    # causal packed documents (ids as a captured tensor), queries offset from keys, and a per-head exception:
+    # partial, full and skipped blocks; 4 query heads on 2 key heads; seqlen_q != seqlen_k, neither a multiple of
+    # the block
+    torch.manual_seed(0)
+    batch, heads, heads_k, seqlen_q, seqlen_k, head_dim = 2, 4, 2, 200, 300, 64
+    q = randn(batch, heads, seqlen_q, head_dim, dtype=dtype)
+    k, v = (randn(batch, heads_k, seqlen_k, head_dim, dtype=dtype) for _ in range(2))
+    docs = torch.arange(seqlen_k, device=DEVICE) // 128  # three documents, as a captured tensor
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        shifted = (q_idx + 64).clamp(max=seqlen_k - 1)  # the queries are keys 64..263
+        return ((shifted >= kv_idx) & (docs[kv_idx] == docs[shifted])) | ((h == 3) & (kv_idx < 7))
+
+    block_mask, _ = _check(q, k, v, mask_mod, batch, heads, 64, enable_gqa=True)
+    # the mask has every kind of block: partial, full, and some left out
+    assert block_mask.kv_num_blocks.sum() > 0 and block_mask.full_kv_num_blocks.sum() > 0
+    assert (block_mask.kv_num_blocks + block_mask.full_kv_num_blocks < block_mask.kv_indices.shape[-1]).any()
+
+
+def test_flex_empty_rows_and_broadcast_mask():
+    # a mask shared by batch and heads (B = H = None) that leaves some rows with no key: out 0, lse -inf
+    torch.manual_seed(1)
+    q, k, v = (randn(2, 3, 160, 40, dtype=torch.bfloat16) for _ in range(3))
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx - 20) & (kv_idx % 3 != 1)
+
+    _, empty = _check(q, k, v, mask_mod, None, None, (32, 64), scale=0.3)
+    assert empty.any()
+    out = flashattn2.flex_attention(q, k, v, block_mask=flashattn2.create_block_mask(
+        mask_mod, None, None, 160, 160, device=DEVICE, BLOCK_SIZE=(32, 64)))
+    assert (out[empty] == 0).all()
+
+
+def test_flex_without_block_mask():
+    torch.manual_seed(2)
+    q, k, v = (randn(1, 2, 130, 128, dtype=torch.float16) for _ in range(3))
+    out = flashattn2.flex_attention(q, k, v)
+    ref, _ = flex_attention_ref(q, k, v)
+    pt, _ = flex_attention_ref(q, k, v, upcast=False)
+    assert_close_to_ref("out", out, ref, pt, FWD_FACTOR)
+
+
+def test_flex_errors_name_the_problem():
+    torch.manual_seed(3)
+    q, k, v = (randn(1, 2, 64, 32, dtype=torch.bfloat16) for _ in range(3))
+    causal = flashattn2.create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, 64, 64,
+                                          device=DEVICE)
+    with pytest.raises(TypeError, match="float16 and bfloat16"):
+        flashattn2.flex_attention(q.float(), k.float(), v.float(), block_mask=causal)
+    other = flashattn2.create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, 128, 64,
+                                         device=DEVICE)
+    with pytest.raises(ValueError, match=r"made for \(Q_LEN, KV_LEN\) = \(128, 64\)"):
+        flashattn2.flex_attention(q, k, v, block_mask=other)
+    with pytest.raises(NotImplementedError, match="score_mod"):
+        flashattn2.flex_attention(q, k, v, score_mod=lambda score, b, h, q_idx, kv_idx: score)
+    with pytest.raises(ValueError, match="enable_gqa=True"):
+        flashattn2.flex_attention(q, k[:, :1], v[:, :1], block_mask=causal)
+    with pytest.raises(TypeError, match="BlockMask"):
+        flashattn2.flex_attention(q, k, v, block_mask=torch.ones(64, 64, dtype=torch.bool))
+    q.requires_grad_(True)
+    out = flashattn2.flex_attention(q, k, v, block_mask=causal)  # the forward runs
+    with pytest.raises(NotImplementedError, match="no backward yet"):
+        out.sum().backward()
