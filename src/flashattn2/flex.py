@@ -18,6 +18,7 @@ from torch.nn.attention.flex_attention import create_block_mask as _torch_create
 from .checks import check_gqa, check_tensors
 from .kernels.launch import PlanCache
 from .kernels.portable.flex import flex_forward, partial_block_bits
+from .ops import ForwardOnly
 
 __all__ = ["BlockMask", "create_block_mask", "flex_attention"]
 
@@ -59,19 +60,9 @@ def _mask_bits(block_mask: BlockMask, seqlen_q: int, seqlen_k: int):
     return hit[1]
 
 
-class _FlexForwardOnly(torch.autograd.Function):
-    """The forward for inputs that require grad; a backward through it raises, naming why."""
-
-    @staticmethod
-    def forward(ctx, query, key, value, block_mask, scale, bits):
-        out, lse = flex_forward(query, key, value, block_mask, scale, bits)
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, dout, dlse):
-        raise NotImplementedError("flashattn2.flex_attention has no backward yet: call it under torch.no_grad(), or "
-                                  "use torch.nn.attention.flex_attention.flex_attention to train with this mask")
+# why a backward through flex_attention raises
+_NO_BACKWARD = ("flashattn2.flex_attention has no backward yet: call it under torch.no_grad(), or use "
+                "torch.nn.attention.flex_attention.flex_attention to train with this mask")
 
 
 def flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score_mod: Callable | None = None,
@@ -118,7 +109,7 @@ def flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
         raise ValueError(f"block_mask is on {block_mask.kv_indices.device}, the inputs on {query.device}")
     bits = _mask_bits(block_mask, seqlen_q, seqlen_k)
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-        out, lse = _FlexForwardOnly.apply(query, key, value, block_mask, float(scale), bits)
+        out, lse = ForwardOnly.apply(flex_forward, _NO_BACKWARD, query, key, value, block_mask, float(scale), bits)
     else:
         out, lse = flex_forward(query, key, value, block_mask, float(scale), bits)
     return (out, lse) if return_lse else out

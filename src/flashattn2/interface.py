@@ -26,7 +26,7 @@ from .kernels.backends import forward_plan
 from .kernels.launch import PlanCache, align
 from .kernels.params import AttnOptions
 from .kernels.portable.kvcache import kvcache_attention
-from .ops import attention
+from .ops import ForwardOnly, attention
 
 # ----------------------------------------------------------------------------------------------
 # public API (flash_attn 2.x names, argument order, defaults and return values)
@@ -297,7 +297,7 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
                         window_size, softcap, alibi_slopes, False)
     seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
-        out, lse = _PagedForwardOnly.apply(q, k, v, seqlens_k, block_table, opts)
+        out, lse = ForwardOnly.apply(_paged_forward, _PAGED_NO_BACKWARD, q, k, v, seqlens_k, block_table, opts)
     else:
         out, lse = _paged_forward(q, k, v, seqlens_k, block_table, opts)
     return (out, lse, None) if return_attn_probs else out
@@ -308,21 +308,10 @@ def _paged_forward(q, k, v, seqlens_k, block_table, opts):
     return out, lse
 
 
-class _PagedForwardOnly(torch.autograd.Function):
-    """The paged varlen forward for inputs that require grad (flash_attn runs it too); a backward through it
-    raises, naming why."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, seqlens_k, block_table, opts):
-        out, lse = _paged_forward(q, k, v, seqlens_k, block_table, opts)
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, dout, dlse):
-        raise NotImplementedError("flash_attn_varlen_func with block_table (a paged KV cache) has no backward: "
-                                  "the paged kernels are forward only; pass k and v as packed (total_k, nheads_k, "
-                                  "headdim) tensors to train")
+# why a backward through the paged varlen forward raises
+_PAGED_NO_BACKWARD = ("flash_attn_varlen_func with block_table (a paged KV cache) has no backward: "
+                      "the paged kernels are forward only; pass k and v as packed (total_k, nheads_k, "
+                      "headdim) tensors to train")
 
 
 def flash_attn_varlen_qkvpacked_func(

@@ -194,3 +194,19 @@ def _op_backward(ctx, dout, _dlse, _dprobs):
 
 
 _fwd_op.register_autograd(_op_backward, setup_context=_setup_context)
+
+
+class ForwardOnly(torch.autograd.Function):
+    """(out, lse) = forward(*args) for inputs that require grad, where the kernels have no backward yet: the forward
+    runs (as flash_attn's does) and a backward through it raises NotImplementedError(why)."""
+
+    @staticmethod
+    def forward(ctx, forward, why: str, *args):
+        out, lse = forward(*args)
+        ctx.why = why
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        raise NotImplementedError(ctx.why)
