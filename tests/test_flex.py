@@ -1,6 +1,6 @@
 """flashattn2.flex_attention against a float64 reference by flash_attn's rule, on the CPU interpreter and the
 GPU: block masks from mask_mod (partial, full and empty blocks), GQA, seqlen_q != seqlen_k, cut blocks, rows that
-see no key; and the named errors."""
+see no key, out, lse and gradients; and the named errors."""
 
 import pytest
 import torch
@@ -8,20 +8,32 @@ from torch.nn.attention.flex_attention import create_mask
 
 import flashattn2
 from flashattn2.reference import flex_attention_ref
-from helpers import DEVICE, FWD_FACTOR, assert_close_to_ref, randn
+from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, assert_close_to_ref, randn
 
 
-def _check(q, k, v, mask_mod, B, H, block_size, enable_gqa=False, scale=None):
+def _check(q, k, v, mask_mod, B, H, block_size, enable_gqa=False, scale=None, grads=False):
     seqlen_q, seqlen_k = q.shape[2], k.shape[2]
     block_mask = flashattn2.create_block_mask(mask_mod, B, H, seqlen_q, seqlen_k, device=DEVICE,
                                               BLOCK_SIZE=block_size)
+    q, k, v = (x.detach().requires_grad_(grads) for x in (q, k, v))
     out, lse = flashattn2.flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa,
                                          return_lse=True)
     mask = create_mask(mask_mod, B, H, seqlen_q, seqlen_k, device=DEVICE)
-    ref, ref_lse = flex_attention_ref(q, k, v, mask, scale)
-    pt, _ = flex_attention_ref(q, k, v, mask, scale, upcast=False)
+    dout = randn(*out.shape, dtype=out.dtype)
+    results = []
+    for upcast in (True, False):
+        ins = [x.detach().requires_grad_(grads) for x in (q, k, v)]
+        o, o_lse = flex_attention_ref(*ins, mask, scale, upcast=upcast)
+        if grads:
+            o.backward(dout.double() if upcast else dout)
+        results.append((o, o_lse, *(x.grad for x in ins)))
+    (ref, ref_lse, *ref_grads), (pt, _, *pt_grads) = results
     assert out.dtype == q.dtype and lse.dtype == torch.float32 and lse.shape == q.shape[:3]
     assert_close_to_ref("out", out, ref, pt, FWD_FACTOR)
+    if grads:
+        out.backward(dout)
+        for name, x, r, p in zip(("dq", "dk", "dv"), (q, k, v), ref_grads, pt_grads, strict=True):
+            assert_close_to_ref(name, x.grad, r, p, BWD_FACTOR)
     empty = ~mask.expand(q.shape[0], q.shape[1], -1, -1).any(-1)
     assert torch.equal(lse.isneginf(), empty)
     torch.testing.assert_close(lse.double()[~empty], ref_lse[~empty], rtol=1e-4, atol=1e-4)
@@ -43,7 +55,7 @@ def test_flex_document_mask_gqa(dtype):
         shifted = (q_idx + 64).clamp(max=seqlen_k - 1)  # the queries are keys 64..263
         return ((shifted >= kv_idx) & (docs[kv_idx] == docs[shifted])) | ((h == 3) & (kv_idx < 7))
 
-    block_mask, _ = _check(q, k, v, mask_mod, batch, heads, 64, enable_gqa=True)
+    block_mask, _ = _check(q, k, v, mask_mod, batch, heads, 64, enable_gqa=True, grads=True)
     # the mask has every kind of block: partial, full, and some left out
     assert block_mask.kv_num_blocks.sum() > 0 and block_mask.full_kv_num_blocks.sum() > 0
     assert (block_mask.kv_num_blocks + block_mask.full_kv_num_blocks < block_mask.kv_indices.shape[-1]).any()
@@ -57,7 +69,7 @@ def test_flex_empty_rows_and_broadcast_mask():
     def mask_mod(b, h, q_idx, kv_idx):
         return (kv_idx <= q_idx - 20) & (kv_idx % 3 != 1)
 
-    _, empty = _check(q, k, v, mask_mod, None, None, (32, 64), scale=0.3)
+    _, empty = _check(q, k, v, mask_mod, None, None, (32, 64), scale=0.3, grads=True)
     assert empty.any()
     out = flashattn2.flex_attention(q, k, v, block_mask=flashattn2.create_block_mask(
         mask_mod, None, None, 160, 160, device=DEVICE, BLOCK_SIZE=(32, 64)))
@@ -90,7 +102,3 @@ def test_flex_errors_name_the_problem():
         flashattn2.flex_attention(q, k[:, :1], v[:, :1], block_mask=causal)
     with pytest.raises(TypeError, match="BlockMask"):
         flashattn2.flex_attention(q, k, v, block_mask=torch.ones(64, 64, dtype=torch.bool))
-    q.requires_grad_(True)
-    out = flashattn2.flex_attention(q, k, v, block_mask=causal)  # the forward runs
-    with pytest.raises(NotImplementedError, match="no backward yet"):
-        out.sum().backward()

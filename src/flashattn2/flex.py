@@ -3,10 +3,10 @@ torch.nn.attention.flex_attention's signatures, layout (batch, heads, seqlen, he
 switching is one import.
 
 What runs today (docs/flex.md): a `block_mask` made by `create_block_mask` from any `mask_mod` torch can run (its
-closures over captured tensors included), forward only, fp16/bf16, head dims up to 256, GQA with enable_gqa,
-seqlen_q != seqlen_k. Key blocks the mask leaves out are never visited, full blocks skip the mask bits, partial
-blocks read one bit per (query, key) that mask_mod gave once per block mask. `score_mod` and the backward raise
-NotImplementedError naming them.
+closures over captured tensors included), forward and backward, fp16/bf16, head dims up to 256, GQA with
+enable_gqa, seqlen_q != seqlen_k. Key blocks the mask leaves out are never visited, full blocks skip the mask bits,
+partial blocks read one bit per (query, key) that mask_mod gave once per block mask. `score_mod` raises
+NotImplementedError naming it.
 """
 
 from collections.abc import Callable
@@ -17,8 +17,7 @@ from torch.nn.attention.flex_attention import create_block_mask as _torch_create
 
 from .checks import check_gqa, check_tensors
 from .kernels.launch import PlanCache
-from .kernels.portable.flex import flex_forward, partial_block_bits
-from .ops import ForwardOnly
+from .kernels.portable.flex import flex_backward, flex_forward, partial_block_bits, transposed_partial_ids
 
 __all__ = ["BlockMask", "create_block_mask", "flex_attention"]
 
@@ -56,13 +55,28 @@ def _mask_bits(block_mask: BlockMask, seqlen_q: int, seqlen_k: int):
     hit = _bits.get(key)
     if hit is None:
         # the mask is kept in the entry, so that its id is not reused while the entry lives
-        hit = _bits.add(key, (block_mask, partial_block_bits(block_mask, seqlen_q, seqlen_k)))
+        ids, words = partial_block_bits(block_mask, seqlen_q, seqlen_k)
+        hit = _bits.add(key, (block_mask, (ids, words, transposed_partial_ids(block_mask, ids))))
     return hit[1]
 
 
-# why a backward through flex_attention raises
-_NO_BACKWARD = ("flashattn2.flex_attention has no backward yet: call it under torch.no_grad(), or use "
-                "torch.nn.attention.flex_attention.flex_attention to train with this mask")
+class _FlexAttention(torch.autograd.Function):
+    """flex_forward with its backward (flex_backward) for inputs that require grad."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, block_mask, scale, bits):
+        out, lse = flex_forward(query, key, value, block_mask, scale, bits[:2])
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.block_mask, ctx.scale, ctx.bits = block_mask, scale, bits
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        query, key, value, out, lse = ctx.saved_tensors
+        ids, words, q_ids = ctx.bits
+        dq, dk, dv = flex_backward(dout, query, key, value, out, lse, ctx.block_mask, ctx.scale, (ids, words), q_ids)
+        return dq, dk, dv, None, None, None
 
 
 def flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score_mod: Callable | None = None,
@@ -109,9 +123,9 @@ def flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
         raise ValueError(f"block_mask is on {block_mask.kv_indices.device}, the inputs on {query.device}")
     bits = _mask_bits(block_mask, seqlen_q, seqlen_k)
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-        out, lse = ForwardOnly.apply(flex_forward, _NO_BACKWARD, query, key, value, block_mask, float(scale), bits)
+        out, lse = _FlexAttention.apply(query, key, value, block_mask, float(scale), bits)
     else:
-        out, lse = flex_forward(query, key, value, block_mask, float(scale), bits)
+        out, lse = flex_forward(query, key, value, block_mask, float(scale), bits[:2])
     return (out, lse) if return_lse else out
 
 

@@ -1,10 +1,11 @@
-"""FlexAttention's block masks on the portable kernels: the forward over a BlockMask's key blocks.
+"""FlexAttention's block masks on the portable kernels: the forward, dQ and dK/dV over a BlockMask's block lists.
 
 A BlockMask (torch.nn.attention.flex_attention) lists, per (batch, head, query block), the key blocks a block of
 queries sees: partial ones (kv_num_blocks / kv_indices), whose elements mask_mod decides, and full ones
 (full_kv_num_blocks / full_kv_indices), seen whole. Key blocks in neither list are never visited. mask_mod is
 evaluated on the host side once per partial block (partial_block_bits, on the GPU when the mask is there) into
-one bit per (query, key); the kernel reads those bits, so any mask_mod torch can run works here unchanged.
+one bit per (query, key); the kernels read those bits, so any mask_mod torch can run works here unchanged. dK/dV
+walk the mask's transposed view (q_num_blocks / q_indices) with the same bits (transposed_partial_ids).
 """
 
 import torch
@@ -161,11 +162,12 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
         return out, lse
     ids, words = bits
     num, s_num = _broadcast(block_mask.kv_num_blocks, batch, nheads)
-    idx, s_idx = _broadcast(block_mask.kv_indices, batch, nheads)
+    idx, s_idx = _broadcast(block_mask.kv_indices.contiguous(), batch, nheads)
     ids, _ = _broadcast(ids, batch, nheads)
     has_full = block_mask.full_kv_num_blocks is not None
     full_num, s_full_num = _broadcast(block_mask.full_kv_num_blocks, batch, nheads) if has_full else (num, s_num)
-    full_idx, s_full_idx = _broadcast(block_mask.full_kv_indices, batch, nheads) if has_full else (idx, s_idx)
+    full_idx, s_full_idx = (_broadcast(block_mask.full_kv_indices.contiguous(), batch, nheads) if has_full
+                            else (idx, s_idx))
     block_m, block_n = (min(32, sparse_q), min(32, sparse_kv)) if INTERPRET else (min(64, sparse_q),
                                                                                   min(64, sparse_kv))
     grid = (cdiv(seqlen_q, block_m), batch, nheads)
@@ -177,3 +179,236 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
         SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv, HAS_FULL=has_full, INTERPRET=INTERPRET,
         num_warps=4, num_stages=2)
     return out, lse
+
+
+@triton.jit
+def _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, bits_row, col, PARTIAL: tl.constexpr,
+                INTERPRET: tl.constexpr):
+    """The probabilities P of one (queries x keys) tile from the forward's lse (log2 units; +inf for a row that
+    sees no key, so that its P is 0), masked by the sequence ends and, in PARTIAL blocks, the mask bits."""
+    qk = mma(q, tl.trans(k), None, INTERPRET)
+    visible = (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
+    if PARTIAL:
+        word = tl.load(bits_row + (col // 32)[None, :])
+        visible = visible & (((word >> (col % 32)[None, :]) & 1) != 0)
+    return tl.where(visible, tl.math.exp2(qk * qk_scale - lse2[:, None]), 0.0)
+
+
+@triton.jit
+def _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, Num, Indices, Ids, MaskBits, offs_m,
+                    offs_d, q_block_start, seqlen_q, seqlen_k, qk_scale, HEAD_DIM: tl.constexpr,
+                    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr,
+                    PARTIAL: tl.constexpr, INTERPRET: tl.constexpr):
+    """dQ (unscaled: dS K) over the key blocks of one list, as _flex_blocks walks them."""
+    WORDS: tl.constexpr = SPARSE_KV // 32
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for j in range(tl.load(Num)):
+        kv_block = tl.load(Indices + j)
+        bits_row = MaskBits
+        if PARTIAL:
+            bits_row = MaskBits + tl.load(Ids + j).to(tl.int64) * (SPARSE_Q * WORDS) + \
+                (offs_m - q_block_start)[:, None] * WORDS
+        for sub in tl.static_range(SPARSE_KV // BLOCK_N):
+            offs_n = kv_block * SPARSE_KV + sub * BLOCK_N + offs_n0
+            k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
+                          BLOCK_D, True)
+            v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
+                          BLOCK_D, True)
+            p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, bits_row, sub * BLOCK_N + offs_n0,
+                            PARTIAL, INTERPRET)
+            dp = mma(do, tl.trans(v), None, INTERPRET)
+            ds = p * (dp - delta[:, None])
+            dq = mma(round_to(ds, k.dtype, INTERPRET), k, dq, INTERPRET)
+    return dq
+
+
+@triton.jit
+def flex_bwd_dq_kernel(
+    Q, K, V, dOut, Lse, Delta, dQ, KvNum, KvIndices, PartialIds, FullNum, FullIndices, MaskBits,
+    stride_q, stride_k, stride_v, stride_do, stride_dq, stride_lse, stride_num, stride_idx, stride_full_num,
+    stride_full_idx, group, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """dQ of one query tile: the forward's walk over the block lists, with P from the saved lse (natural log,
+    -inf for empty rows) and Delta = rowsum(dO * O). Layouts as flex_fwd_kernel's; Delta like Lse."""
+    stride_qb, stride_qh, stride_qm = stride_q
+    stride_kb, stride_kh, stride_kn = stride_k
+    stride_vb, stride_vh, stride_vn = stride_v
+    start_m = tl.program_id(0) * BLOCK_M
+    off_b = tl.program_id(1)
+    off_h = tl.program_id(2)
+    off_hk = off_h // group
+    q_block = start_m // SPARSE_Q
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    off_b64 = off_b.to(tl.int64)
+    q = load_rows(Q + off_b64 * stride_qb + off_h.to(tl.int64) * stride_qh + offs_m[:, None] * stride_qm
+                  + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
+    do = load_rows(dOut + off_b64 * stride_do[0] + off_h.to(tl.int64) * stride_do[1] + offs_m[:, None] * stride_do[2]
+                   + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
+    row_stats = off_b64 * stride_lse[0] + off_h.to(tl.int64) * stride_lse[1] + offs_m
+    lse = tl.load(Lse + row_stats, mask=offs_m < seqlen_q, other=float("-inf"))
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    delta = tl.load(Delta + row_stats, mask=offs_m < seqlen_q, other=0.0)
+    k_base = K + off_b64 * stride_kb + off_hk.to(tl.int64) * stride_kh
+    v_base = V + off_b64 * stride_vb + off_hk.to(tl.int64) * stride_vh
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    row = off_b * stride_num[0] + off_h * stride_num[1] + q_block * stride_num[2]
+    lists = off_b * stride_idx[0] + off_h * stride_idx[1] + q_block * stride_idx[2]
+    dq = _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, KvNum + row, KvIndices + lists,
+                         PartialIds + lists, MaskBits, offs_m, offs_d, q_block * SPARSE_Q, seqlen_q, seqlen_k,
+                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, True, INTERPRET)
+    if HAS_FULL:
+        row = off_b * stride_full_num[0] + off_h * stride_full_num[1] + q_block * stride_full_num[2]
+        lists = off_b * stride_full_idx[0] + off_h * stride_full_idx[1] + q_block * stride_full_idx[2]
+        dq = _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, FullNum + row,
+                             FullIndices + lists, FullIndices, MaskBits, offs_m, offs_d, q_block * SPARSE_Q, seqlen_q,
+                             seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, False, INTERPRET)
+    store_rows(dQ + off_b64 * stride_dq[0] + off_h.to(tl.int64) * stride_dq[1] + offs_m[:, None] * stride_dq[2]
+               + offs_d[None, :], round_to(dq * softmax_scale, dQ.dtype.element_ty, INTERPRET), offs_m, seqlen_q,
+               offs_d, HEAD_DIM, BLOCK_D)
+
+
+@triton.jit
+def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, q_head, stride_qm, stride_dom, Num, Indices, Ids, MaskBits,
+                      offs_n, offs_d, kv_block_start, seqlen_q, seqlen_k, qk_scale, HEAD_DIM: tl.constexpr,
+                      BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr,
+                      PARTIAL: tl.constexpr, INTERPRET: tl.constexpr):
+    """dK (unscaled: dS^T Q) and dV (P^T dO) of one key tile over the query blocks of one list (the block
+    mask's q_indices view); Q, dOut, Lse, Delta point at one query head's rows."""
+    WORDS: tl.constexpr = SPARSE_KV // 32
+    offs_m0 = tl.arange(0, BLOCK_M)
+    col = offs_n - kv_block_start  # the keys' places in their mask block
+    for j in range(tl.load(Num)):
+        q_block = tl.load(Indices + j)
+        for sub in tl.static_range(SPARSE_Q // BLOCK_M):
+            offs_m = q_block * SPARSE_Q + sub * BLOCK_M + offs_m0
+            bits_row = MaskBits
+            if PARTIAL:
+                bits_row = MaskBits + tl.load(Ids + j).to(tl.int64) * (SPARSE_Q * WORDS) + \
+                    (sub * BLOCK_M + offs_m0)[:, None] * WORDS
+            q = load_rows(Q + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
+                          BLOCK_D, True)
+            do = load_rows(dOut + offs_m[:, None] * stride_dom + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
+                           BLOCK_D, True)
+            lse = tl.load(Lse + offs_m, mask=offs_m < seqlen_q, other=float("-inf"))
+            lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+            delta = tl.load(Delta + offs_m, mask=offs_m < seqlen_q, other=0.0)
+            p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, bits_row, col, PARTIAL,
+                            INTERPRET)
+            dv = mma(tl.trans(round_to(p, do.dtype, INTERPRET)), do, dv, INTERPRET)
+            dp = mma(do, tl.trans(v), None, INTERPRET)
+            ds = p * (dp - delta[:, None])
+            dk = mma(tl.trans(round_to(ds, q.dtype, INTERPRET)), q, dk, INTERPRET)
+    return dk, dv
+
+
+@triton.jit
+def flex_bwd_dkdv_kernel(
+    Q, K, V, dOut, Lse, Delta, dK, dV, QNum, QIndices, QPartialIds, FullQNum, FullQIndices, MaskBits,
+    stride_q, stride_k, stride_v, stride_do, stride_dk, stride_dv, stride_lse, stride_num, stride_idx,
+    stride_full_num, stride_full_idx, group, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    """dK, dV of one key tile of one key head, summed over its group of query heads (GQA), over the query blocks
+    that the block mask's q_indices view lists for the tile's key block (QPartialIds: each partial block's row in
+    MaskBits). Layouts as flex_bwd_dq_kernel's; the block lists are (batch, query head, key block[, j])."""
+    stride_kb, stride_kh, stride_kn = stride_k
+    stride_vb, stride_vh, stride_vn = stride_v
+    start_n = tl.program_id(0) * BLOCK_N
+    off_b = tl.program_id(1)
+    off_hk = tl.program_id(2)
+    kv_block = start_n // SPARSE_KV
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    off_b64 = off_b.to(tl.int64)
+    k = load_rows(K + off_b64 * stride_kb + off_hk.to(tl.int64) * stride_kh + offs_n[:, None] * stride_kn
+                  + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, True)
+    v = load_rows(V + off_b64 * stride_vb + off_hk.to(tl.int64) * stride_vh + offs_n[:, None] * stride_vn
+                  + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, True)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    for off_h in range(off_hk * group, off_hk * group + group):
+        h64 = off_b64 * 0 + off_h  # int64 (the interpreter hands the loop an int)
+        q_head = Q + off_b64 * stride_q[0] + h64 * stride_q[1]
+        do_head = dOut + off_b64 * stride_do[0] + h64 * stride_do[1]
+        stats = off_b64 * stride_lse[0] + h64 * stride_lse[1]
+        row = off_b * stride_num[0] + off_h * stride_num[1] + kv_block * stride_num[2]
+        lists = off_b * stride_idx[0] + off_h * stride_idx[1] + kv_block * stride_idx[2]
+        dk, dv = _flex_dkdv_blocks(dk, dv, k, v, q_head, do_head, Lse + stats, Delta + stats, off_h, stride_q[2],
+                                   stride_do[2], QNum + row, QIndices + lists, QPartialIds + lists, MaskBits, offs_n,
+                                   offs_d, kv_block * SPARSE_KV, seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D,
+                                   BLOCK_M, SPARSE_Q, SPARSE_KV, True, INTERPRET)
+        if HAS_FULL:
+            row = off_b * stride_full_num[0] + off_h * stride_full_num[1] + kv_block * stride_full_num[2]
+            lists = off_b * stride_full_idx[0] + off_h * stride_full_idx[1] + kv_block * stride_full_idx[2]
+            dk, dv = _flex_dkdv_blocks(dk, dv, k, v, q_head, do_head, Lse + stats, Delta + stats, off_h, stride_q[2],
+                                       stride_do[2], FullQNum + row, FullQIndices + lists, FullQIndices, MaskBits,
+                                       offs_n, offs_d, kv_block * SPARSE_KV, seqlen_q, seqlen_k, qk_scale, HEAD_DIM,
+                                       BLOCK_D, BLOCK_M, SPARSE_Q, SPARSE_KV, False, INTERPRET)
+    store_rows(dK + off_b64 * stride_dk[0] + off_hk.to(tl.int64) * stride_dk[1] + offs_n[:, None] * stride_dk[2]
+               + offs_d[None, :], round_to(dk * softmax_scale, dK.dtype.element_ty, INTERPRET), offs_n, seqlen_k,
+               offs_d, HEAD_DIM, BLOCK_D)
+    store_rows(dV + off_b64 * stride_dv[0] + off_hk.to(tl.int64) * stride_dv[1] + offs_n[:, None] * stride_dv[2]
+               + offs_d[None, :], round_to(dv, dV.dtype.element_ty, INTERPRET), offs_n, seqlen_k, offs_d, HEAD_DIM,
+               BLOCK_D)
+
+
+def transposed_partial_ids(block_mask, ids: torch.Tensor) -> torch.Tensor:
+    """ids for the block mask's q_indices view: the MaskBits row of partial block (query block q_indices[..., j],
+    key block kb), from the kv view's ids."""
+    num, indices = block_mask.kv_num_blocks, block_mask.kv_indices
+    n_q, n_kv = indices.shape[2], block_mask.q_indices.shape[2]
+    table = torch.zeros(*indices.shape[:2], n_q, n_kv, dtype=torch.int32, device=indices.device)
+    used = (torch.arange(indices.shape[-1], device=indices.device) < num[..., None].long()).nonzero().unbind(1)
+    table[(*used[:3], indices[used].long())] = ids[used]
+    # table[b, h, qb, kb]: the id of partial block (qb, kb); the q view lists query blocks per key block
+    q_idx = block_mask.q_indices.long().clamp(max=n_q - 1)
+    return table.transpose(2, 3).gather(3, q_idx.expand(*table.shape[:2], *q_idx.shape[2:])).contiguous()
+
+
+def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                  lse: torch.Tensor, block_mask, scale: float, bits: tuple[torch.Tensor, torch.Tensor],
+                  q_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of flex_forward's (out, lse); q_ids from transposed_partial_ids."""
+    batch, nheads, seqlen_q, head_dim = q.shape
+    nheads_k, seqlen_k = k.shape[1], k.shape[2]
+    dq = common.empty(q.shape, q.dtype, q.device)
+    dk = common.empty(k.shape, k.dtype, k.device)
+    dv = common.empty(v.shape, v.dtype, v.device)
+    if q.numel() == 0 or k.numel() == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    dout = dout if dout.stride(-1) == 1 else dout.contiguous()
+    delta = (dout.float() * out.float()).sum(-1)  # (batch, heads, seqlen_q), like lse
+    ids, words = bits
+    sparse_q, sparse_kv = block_mask.BLOCK_SIZE
+    block_m, block_n = (min(32, sparse_q), min(32, sparse_kv)) if INTERPRET else (min(64, sparse_q),
+                                                                                  min(64, sparse_kv))
+    has_full = block_mask.full_kv_num_blocks is not None
+    words = words if words.numel() else block_mask.kv_num_blocks
+    shared = dict(group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, qk_scale=scale * 1.4426950408889634,
+                  softmax_scale=scale, HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_M=block_m,
+                  BLOCK_N=block_n, SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv, HAS_FULL=has_full, INTERPRET=INTERPRET,
+                  num_warps=4, num_stages=1)
+    strides = dict(stride_q=q.stride()[:3], stride_k=k.stride()[:3], stride_v=v.stride()[:3],
+                   stride_do=dout.stride()[:3], stride_lse=lse.stride()[:2])
+    for view in ("kv", "q"):
+        num, s_num = _broadcast(getattr(block_mask, f"{view}_num_blocks"), batch, nheads)
+        idx, s_idx = _broadcast(getattr(block_mask, f"{view}_indices").contiguous(), batch, nheads)
+        part, _ = _broadcast(ids if view == "kv" else q_ids, batch, nheads)
+        full_num, s_full_num = (_broadcast(getattr(block_mask, f"full_{view}_num_blocks"), batch, nheads) if has_full
+                                else (num, s_num))
+        full_idx, s_full_idx = (_broadcast(getattr(block_mask, f"full_{view}_indices").contiguous(), batch, nheads)
+                                if has_full else (idx, s_idx))
+        lists = dict(stride_num=s_num, stride_idx=s_idx, stride_full_num=s_full_num, stride_full_idx=s_full_idx)
+        if view == "kv":
+            flex_bwd_dq_kernel[(cdiv(seqlen_q, block_m), batch, nheads)](
+                q, k, v, dout, lse, delta, dq, num, idx, part, full_num, full_idx, words, stride_dq=dq.stride()[:3],
+                **strides, **lists, **shared)
+        else:
+            flex_bwd_dkdv_kernel[(cdiv(seqlen_k, block_n), batch, nheads_k)](
+                q, k, v, dout, lse, delta, dk, dv, num, idx, part, full_num, full_idx, words,
+                stride_dk=dk.stride()[:3], stride_dv=dv.stride()[:3], **strides, **lists, **shared)
+    return dq, dk, dv
