@@ -1,0 +1,268 @@
+"""Seeded random cases over the API against the float64 reference by flash_attn's rule (issue 30, first step).
+
+    python scripts/fuzz.py --mode valid --cases 200 --seed 0       # on a GPU (or TRITON_INTERPRET=1 on the CPU)
+    python scripts/fuzz.py --mode invalid --cases 1000 --seed 0    # bad arguments: each must raise a named error
+
+valid: flash_attn_func and flash_attn_varlen_func (forward and backward) over dtypes, head dims 1-256, lengths
+1-`--max-len` (cut tiles included), GQA ratios, causal, windows, softcap, ALiBi and softmax_scale; and
+flex_attention over a family of mask_mods. invalid: wrong dtypes, ranks, shapes, head counts, windows, dropout,
+softcap, scales and cu_seqlens; each must raise TypeError, ValueError or NotImplementedError (never another error,
+a crash or a silent answer). Every failure prints a one-line reproducer (`--only N` reruns case N of a seed).
+"""
+
+import argparse
+import os
+import random
+import sys
+import traceback
+
+import torch
+
+import flashattn2
+from flashattn2.reference import attention_ref, flex_attention_ref, within_tolerance
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+FWD, BWD, FLOOR = 2.0, 3.0, 1e-5
+HEAD_DIMS = (1, 8, 16, 32, 40, 59, 64, 80, 96, 128, 160, 192, 256)
+NAMED = (TypeError, ValueError, NotImplementedError)
+
+
+def _options(rng: random.Random, seqlen_q: int, seqlen_k: int) -> dict:
+    opts = {}
+    if rng.random() < 0.4:
+        opts["causal"] = True
+    elif rng.random() < 0.3:
+        opts["window_size"] = (rng.randint(-1, seqlen_k), rng.randint(-1, seqlen_k))
+    if rng.random() < 0.2:
+        opts["softcap"] = rng.choice((5.0, 30.0))
+    if rng.random() < 0.2:
+        opts["softmax_scale"] = rng.uniform(0.05, 1.0)
+    return opts
+
+
+def _check(name, ours, ref, pt, factor):
+    passed, err, pt_err = within_tolerance(ours, ref, pt, factor, FLOOR)
+    if not passed or torch.isnan(ours).any():
+        raise AssertionError(f"{name}: error {err:.3e} > {factor} x PyTorch's {pt_err:.3e} + {FLOOR}")
+
+
+def _dense_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
+    dtype = rng.choice((torch.float16, torch.bfloat16))
+    head_dim = rng.choice(HEAD_DIMS)
+    nheads_k = rng.choice((1, 2))
+    nheads = nheads_k * rng.choice((1, 2, 3))
+    batch, seqlen_q, seqlen_k = rng.randint(1, 2), rng.randint(1, max_len), rng.randint(1, max_len)
+    opts = _options(rng, seqlen_q, seqlen_k)
+    alibi = rng.random() < 0.2
+    desc = (f"flash_attn_func batch={batch} seqlen_q={seqlen_q} seqlen_k={seqlen_k} nheads={nheads} "
+            f"nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} alibi={alibi} grads={grads} {opts}")
+
+    def run():
+        q = torch.randn(batch, seqlen_q, nheads, head_dim, device=DEVICE, dtype=dtype, requires_grad=grads)
+        k, v = (torch.randn(batch, seqlen_k, nheads_k, head_dim, device=DEVICE, dtype=dtype, requires_grad=grads)
+                for _ in range(2))
+        kwargs = dict(opts)
+        if alibi:
+            kwargs["alibi_slopes"] = torch.rand(batch, nheads, device=DEVICE, dtype=torch.float32)
+        out = flashattn2.flash_attn_func(q, k, v, **kwargs)
+        dout = torch.randn_like(out)
+        results = []
+        for upcast in (True, False):
+            ins = [x.detach().requires_grad_(grads) for x in (q, k, v)]
+            ref, _ = attention_ref(*ins, upcast=upcast, **kwargs)
+            if grads:
+                ref.backward(dout.double() if upcast else dout)
+            results.append((ref, *(x.grad for x in ins)))
+        _check("out", out, results[0][0], results[1][0], FWD)
+        if grads:
+            out.backward(dout)
+            for name, x, ref, pt in zip(("dq", "dk", "dv"), (q, k, v), results[0][1:], results[1][1:], strict=True):
+                _check(name, x.grad, ref, pt, BWD)
+
+    return desc, run
+
+
+def _varlen_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
+    dtype = rng.choice((torch.float16, torch.bfloat16))
+    head_dim = rng.choice(HEAD_DIMS)
+    nheads_k = rng.choice((1, 2))
+    nheads = nheads_k * rng.choice((1, 2))
+    lens_q = [rng.randint(0, max_len) for _ in range(rng.randint(1, 3))]
+    lens_k = [rng.randint(1, max_len) for _ in lens_q]
+    opts = _options(rng, max(lens_q), max(lens_k))
+    desc = (f"flash_attn_varlen_func lens_q={lens_q} lens_k={lens_k} nheads={nheads} nheads_k={nheads_k} "
+            f"head_dim={head_dim} dtype={dtype} grads={grads} {opts}")
+
+    def run():
+        cu = [torch.tensor([0] + lens, device=DEVICE).cumsum(0).to(torch.int32) for lens in (lens_q, lens_k)]
+        q = torch.randn(sum(lens_q), nheads, head_dim, device=DEVICE, dtype=dtype, requires_grad=grads)
+        k, v = (torch.randn(sum(lens_k), nheads_k, head_dim, device=DEVICE, dtype=dtype, requires_grad=grads)
+                for _ in range(2))
+        out = flashattn2.flash_attn_varlen_func(q, k, v, cu[0], cu[1], max(lens_q), max(lens_k), **opts)
+        dout = torch.randn_like(out)
+        if grads:
+            out.backward(dout)
+        for i, (lq, lk) in enumerate(zip(lens_q, lens_k, strict=True)):
+            if lq == 0:
+                continue
+            sq, sk = slice(int(cu[0][i]), int(cu[0][i]) + lq), slice(int(cu[1][i]), int(cu[1][i]) + lk)
+            results = []
+            for upcast in (True, False):
+                ins = [x.detach()[s][None].requires_grad_(grads) for x, s in ((q, sq), (k, sk), (v, sk))]
+                ref, _ = attention_ref(*ins, upcast=upcast, **opts)
+                if grads:
+                    ref.backward(dout[sq][None].double() if upcast else dout[sq][None])
+                results.append((ref, *(x.grad for x in ins)))
+            _check(f"out (sequence {i})", out[sq][None], results[0][0], results[1][0], FWD)
+            if grads:
+                # a key sequence's gradient gathers only its own queries: compare sequence by sequence
+                for name, x, s, ref, pt in zip(("dq", "dk", "dv"), (q, k, v), (sq, sk, sk), results[0][1:],
+                                               results[1][1:], strict=True):
+                    _check(f"{name} (sequence {i})", x.grad[s][None], ref, pt, BWD)
+
+    return desc, run
+
+
+MASK_MODS = {
+    "causal": lambda b, h, q_idx, kv_idx: q_idx >= kv_idx,
+    "sliding": lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx) & (q_idx - kv_idx < 37),
+    "prefix": lambda b, h, q_idx, kv_idx: (kv_idx < 50) | (q_idx >= kv_idx),
+    "strided": lambda b, h, q_idx, kv_idx: (kv_idx % 3 == 0) | (h == 0),
+}
+
+
+def _flex_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
+    dtype = rng.choice((torch.float16, torch.bfloat16))
+    head_dim = rng.choice((16, 32, 64, 128))
+    nheads_k = rng.choice((1, 2))
+    nheads = nheads_k * rng.choice((1, 2))
+    batch, seqlen_q, seqlen_k = rng.randint(1, 2), rng.randint(1, max_len), rng.randint(1, max_len)
+    mod = rng.choice(sorted(MASK_MODS))
+    block = rng.choice(((32, 32), (64, 64), (32, 64), (128, 128)))
+    desc = (f"flex_attention batch={batch} seqlen_q={seqlen_q} seqlen_k={seqlen_k} nheads={nheads} "
+            f"nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} mask_mod={mod} BLOCK_SIZE={block} grads={grads}")
+
+    def run():
+        from torch.nn.attention.flex_attention import create_mask
+
+        mask_mod = MASK_MODS[mod]
+        q = torch.randn(batch, nheads, seqlen_q, head_dim, device=DEVICE, dtype=dtype, requires_grad=grads)
+        k, v = (torch.randn(batch, nheads_k, seqlen_k, head_dim, device=DEVICE, dtype=dtype, requires_grad=grads)
+                for _ in range(2))
+        block_mask = flashattn2.create_block_mask(mask_mod, None, nheads, seqlen_q, seqlen_k, device=DEVICE,
+                                                  BLOCK_SIZE=block)
+        out = flashattn2.flex_attention(q, k, v, block_mask=block_mask, enable_gqa=nheads != nheads_k)
+        mask = create_mask(mask_mod, 1, nheads, seqlen_q, seqlen_k, device=DEVICE)
+        dout = torch.randn_like(out)
+        results = []
+        for upcast in (True, False):
+            ins = [x.detach().requires_grad_(grads) for x in (q, k, v)]
+            ref, _ = flex_attention_ref(*ins, mask, upcast=upcast)
+            if grads:
+                ref.backward(dout.double() if upcast else dout)
+            results.append((ref, *(x.grad for x in ins)))
+        _check("out", out, results[0][0], results[1][0], FWD)
+        if grads:
+            out.backward(dout)
+            for name, x, ref, pt in zip(("dq", "dk", "dv"), (q, k, v), results[0][1:], results[1][1:], strict=True):
+                _check(name, x.grad, ref, pt, BWD)
+
+    return desc, run
+
+
+def _invalid_case(rng: random.Random) -> tuple[str, callable]:
+    """One bad argument on an otherwise valid flash_attn_func / flash_attn_varlen_func call."""
+    kind = rng.choice(("dtype", "rank", "batch", "head_dim", "heads", "big_head", "dropout", "softcap", "scale",
+                       "alibi", "device_mix", "cu_dtype", "cu_len"))
+
+    def run():
+        q, k, v = (torch.randn(1, 16, 2, 32, device=DEVICE, dtype=torch.float16) for _ in range(3))
+        kwargs = {}
+        if kind == "dtype":
+            q, k, v = q.float(), k.float(), v.float()
+        elif kind == "rank":
+            q = q[0]
+        elif kind == "batch":
+            q = torch.cat([q, q])
+        elif kind == "head_dim":
+            q = torch.randn(1, 16, 2, 16, device=DEVICE, dtype=torch.float16)
+        elif kind == "heads":
+            k, v = (torch.randn(1, 16, 3, 32, device=DEVICE, dtype=torch.float16) for _ in range(2))
+        elif kind == "big_head":
+            q, k, v = (torch.randn(1, 16, 2, 288, device=DEVICE, dtype=torch.float16) for _ in range(3))
+        elif kind == "dropout":
+            kwargs["dropout_p"] = rng.choice((-0.1, 1.0, 1.5))
+        elif kind == "softcap":
+            kwargs["softcap"] = -1.0
+        elif kind == "scale":
+            kwargs["softmax_scale"] = rng.choice((0.0, -1.0))
+        elif kind == "alibi":
+            kwargs["alibi_slopes"] = torch.rand(3, device=DEVICE)
+        elif kind == "device_mix":
+            if DEVICE == "cpu":
+                kwargs["alibi_slopes"] = torch.rand(2, dtype=torch.float64)
+            else:
+                k = k.cpu()
+        if kind in ("cu_dtype", "cu_len"):
+            cu = torch.tensor([0, 8, 16], device=DEVICE, dtype=torch.int64 if kind == "cu_dtype" else torch.int32)
+            if kind == "cu_len":
+                cu = cu[:, None]
+            return flashattn2.flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8)
+        return flashattn2.flash_attn_func(q, k, v, **kwargs)
+
+    return f"invalid {kind}", run
+
+
+def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None = None,
+              verbose: bool = False) -> list[str]:
+    """Run `cases` cases of a seed; returns the failures, one reproducer line each."""
+    failures = []
+    for i in range(cases):
+        if only is not None and i != only:
+            continue
+        rng = random.Random(f"{seed}-{i}")
+        torch.manual_seed(rng.randrange(2 ** 31))
+        if mode == "invalid":
+            desc, run = _invalid_case(rng)
+        else:
+            make = rng.choice((_dense_case, _dense_case, _varlen_case, _flex_case))
+            desc, run = make(rng, max_len, rng.random() < 0.5)
+        repro = f"python scripts/fuzz.py --mode {mode} --seed {seed} --max-len {max_len} --only {i}  # {desc}"
+        if verbose:
+            print(repro, flush=True)
+        try:
+            result = run()
+        except NAMED as e:
+            if mode != "invalid":
+                failures.append(f"{repro}: {type(e).__name__}: {e}")
+            continue
+        except Exception as e:  # noqa: BLE001 - every other error is a finding
+            failures.append(f"{repro}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
+            continue
+        if mode == "invalid":
+            failures.append(f"{repro}: no error raised (returned {type(result).__name__})")
+    return failures
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=("valid", "invalid"), default="valid")
+    ap.add_argument("--cases", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-len", type=int, default=300 if DEVICE == "cpu" else 4096)
+    ap.add_argument("--only", type=int, default=None, help="rerun case N of the seed")
+    ap.add_argument("--verbose", action="store_true", help="print each case before it runs")
+    args = ap.parse_args()
+    if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        print("no CUDA GPU: run with TRITON_INTERPRET=1 for the CPU interpreter", file=sys.stderr)
+        return 2
+    failures = run_cases(args.seed, args.cases, args.mode, args.max_len, args.only, args.verbose)
+    for line in failures:
+        print("FAIL", line)
+    ran = 1 if args.only is not None else args.cases
+    print(f"{args.mode}: {ran} cases, {len(failures)} failures (seed {args.seed}, device {DEVICE})")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
