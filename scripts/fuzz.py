@@ -4,7 +4,8 @@
     python scripts/fuzz.py --mode invalid --cases 1000 --seed 0    # bad arguments: each must raise a named error
 
 valid: flash_attn_func and flash_attn_varlen_func (forward and backward) over dtypes, head dims 1-256, lengths
-1-`--max-len` (cut tiles included), GQA ratios, causal, windows, softcap, ALiBi and softmax_scale; and
+1-`--max-len` (cut tiles included), GQA ratios, causal, windows, softcap, ALiBi and softmax_scale;
+flash_attn_with_kvcache over dense and paged caches (any page size) with per-sequence lengths; and
 flex_attention over a family of mask_mods. invalid: wrong dtypes, ranks, shapes, head counts, windows, dropout,
 softcap, scales and cu_seqlens; each must raise TypeError, ValueError or NotImplementedError (never another error,
 a crash or a silent answer). Every failure prints a one-line reproducer (`--only N` reruns case N of a seed).
@@ -123,6 +124,49 @@ def _varlen_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, ca
     return desc, run
 
 
+def _kvcache_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
+    """flash_attn_with_kvcache over a dense or paged cache (any page size) with per-sequence lengths."""
+    dtype = rng.choice((torch.float16, torch.bfloat16))
+    head_dim = rng.choice(HEAD_DIMS)
+    nheads_k = rng.choice((1, 2))
+    nheads = nheads_k * rng.choice((1, 2, 4))
+    batch, seqlen_q = rng.randint(1, 3), rng.choice((1, 1, 2, rng.randint(1, 16)))
+    lens = [rng.randint(seqlen_q, max(seqlen_q, max_len)) for _ in range(batch)]
+    capacity = max(lens) + rng.randint(0, 20)
+    page = rng.choice((None, None, 1, 16, 48, 64, 256))
+    opts = _options(rng, seqlen_q, capacity)
+    desc = (f"flash_attn_with_kvcache batch={batch} seqlen_q={seqlen_q} cache_seqlens={lens} capacity={capacity} "
+            f"page_block_size={page} nheads={nheads} nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} {opts}")
+
+    def run():
+        q = torch.randn(batch, seqlen_q, nheads, head_dim, device=DEVICE, dtype=dtype)
+        k_dense, v_dense = (torch.randn(batch, capacity, nheads_k, head_dim, device=DEVICE, dtype=dtype)
+                            for _ in range(2))
+        seqlens = torch.tensor(lens, device=DEVICE, dtype=torch.int32)
+        block_table, k_cache, v_cache = None, k_dense, v_dense
+        if page is not None:
+            per_seq = -(-capacity // page)
+            order = torch.randperm(batch * per_seq, device=DEVICE)
+            block_table = order.view(batch, per_seq).to(torch.int32)
+            padded = per_seq * page
+            pages = []
+            for dense in (k_dense, v_dense):
+                full = torch.zeros(batch, padded, nheads_k, head_dim, device=DEVICE, dtype=dtype)
+                full[:, :capacity] = dense
+                cache = torch.empty(batch * per_seq, page, nheads_k, head_dim, device=DEVICE, dtype=dtype)
+                cache[order] = full.view(batch * per_seq, page, nheads_k, head_dim)
+                pages.append(cache)
+            k_cache, v_cache = pages
+        out = flashattn2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=block_table,
+                                                 **opts)
+        for b, n in enumerate(lens):
+            ref, _ = attention_ref(q[b:b + 1], k_dense[b:b + 1, :n], v_dense[b:b + 1, :n], **opts)
+            pt, _ = attention_ref(q[b:b + 1], k_dense[b:b + 1, :n], v_dense[b:b + 1, :n], upcast=False, **opts)
+            _check(f"out (sequence {b})", out[b:b + 1], ref, pt, FWD)
+
+    return desc, run
+
+
 MASK_MODS = {
     "causal": lambda b, h, q_idx, kv_idx: q_idx >= kv_idx,
     "sliding": lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx) & (q_idx - kv_idx < 37),
@@ -225,7 +269,7 @@ def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None =
         if mode == "invalid":
             desc, run = _invalid_case(rng)
         else:
-            make = rng.choice((_dense_case, _dense_case, _varlen_case, _flex_case))
+            make = rng.choice((_dense_case, _dense_case, _varlen_case, _kvcache_case, _flex_case))
             desc, run = make(rng, max_len, rng.random() < 0.5)
         repro = f"python scripts/fuzz.py --mode {mode} --seed {seed} --max-len {max_len} --only {i}  # {desc}"
         if verbose:
