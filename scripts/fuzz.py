@@ -12,6 +12,7 @@ a crash or a silent answer). Every failure prints a one-line reproducer (`--only
 """
 
 import argparse
+import functools
 import os
 import random
 import sys
@@ -47,6 +48,26 @@ def _check(name, ours, ref, pt, factor):
         raise AssertionError(f"{name}: error {err:.3e} > {factor} x PyTorch's {pt_err:.3e} + {FLOOR}")
 
 
+def _references(reference, ins, dout, grads: bool):
+    """(out, dq, dk, dv) of reference(*ins, upcast=...) in float64 and in the input dtype (no grads: None)."""
+    results = []
+    for upcast in (True, False):
+        xs = [x.detach().requires_grad_(grads) for x in ins]
+        ref, _ = reference(*xs, upcast=upcast)
+        if grads:
+            ref.backward(dout.double() if upcast else dout)
+        results.append((ref, *(x.grad for x in xs)))
+    return results
+
+
+def _compare(label: str, out, grads, ref, pt):
+    """out against the references by flash_attn's rule, and the gradients (dq, dk, dv) when given."""
+    _check(f"out{label}", out, ref[0], pt[0], FWD)
+    if grads:
+        for name, grad, r, p in zip(("dq", "dk", "dv"), grads, ref[1:], pt[1:], strict=True):
+            _check(f"{name}{label}", grad, r, p, BWD)
+
+
 def _dense_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
     dtype = rng.choice((torch.float16, torch.bfloat16))
     head_dim = rng.choice(HEAD_DIMS)
@@ -67,18 +88,10 @@ def _dense_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, cal
             kwargs["alibi_slopes"] = torch.rand(batch, nheads, device=DEVICE, dtype=torch.float32)
         out = flashattn2.flash_attn_func(q, k, v, **kwargs)
         dout = torch.randn_like(out)
-        results = []
-        for upcast in (True, False):
-            ins = [x.detach().requires_grad_(grads) for x in (q, k, v)]
-            ref, _ = attention_ref(*ins, upcast=upcast, **kwargs)
-            if grads:
-                ref.backward(dout.double() if upcast else dout)
-            results.append((ref, *(x.grad for x in ins)))
-        _check("out", out, results[0][0], results[1][0], FWD)
+        ref, pt = _references(functools.partial(attention_ref, **kwargs), (q, k, v), dout, grads)
         if grads:
             out.backward(dout)
-            for name, x, ref, pt in zip(("dq", "dk", "dv"), (q, k, v), results[0][1:], results[1][1:], strict=True):
-                _check(name, x.grad, ref, pt, BWD)
+        _compare("", out, [x.grad for x in (q, k, v)] if grads else (), ref, pt)
 
     return desc, run
 
@@ -107,19 +120,11 @@ def _varlen_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, ca
             if lq == 0:
                 continue
             sq, sk = slice(int(cu[0][i]), int(cu[0][i]) + lq), slice(int(cu[1][i]), int(cu[1][i]) + lk)
-            results = []
-            for upcast in (True, False):
-                ins = [x.detach()[s][None].requires_grad_(grads) for x, s in ((q, sq), (k, sk), (v, sk))]
-                ref, _ = attention_ref(*ins, upcast=upcast, **opts)
-                if grads:
-                    ref.backward(dout[sq][None].double() if upcast else dout[sq][None])
-                results.append((ref, *(x.grad for x in ins)))
-            _check(f"out (sequence {i})", out[sq][None], results[0][0], results[1][0], FWD)
-            if grads:
-                # a key sequence's gradient gathers only its own queries: compare sequence by sequence
-                for name, x, s, ref, pt in zip(("dq", "dk", "dv"), (q, k, v), (sq, sk, sk), results[0][1:],
-                                               results[1][1:], strict=True):
-                    _check(f"{name} (sequence {i})", x.grad[s][None], ref, pt, BWD)
+            # a key sequence's gradient gathers only its own queries: compare sequence by sequence
+            seq = [x.detach()[s][None] for x, s in ((q, sq), (k, sk), (v, sk))]
+            ref, pt = _references(functools.partial(attention_ref, **opts), seq, dout[sq][None], grads)
+            mine = [x.grad[s][None] for x, s in ((q, sq), (k, sk), (v, sk))] if grads else ()
+            _compare(f" (sequence {i})", out[sq][None], mine, ref, pt)
 
     return desc, run
 
@@ -160,9 +165,9 @@ def _kvcache_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, c
         out = flashattn2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=block_table,
                                                  **opts)
         for b, n in enumerate(lens):
-            ref, _ = attention_ref(q[b:b + 1], k_dense[b:b + 1, :n], v_dense[b:b + 1, :n], **opts)
-            pt, _ = attention_ref(q[b:b + 1], k_dense[b:b + 1, :n], v_dense[b:b + 1, :n], upcast=False, **opts)
-            _check(f"out (sequence {b})", out[b:b + 1], ref, pt, FWD)
+            seq = (q[b:b + 1], k_dense[b:b + 1, :n], v_dense[b:b + 1, :n])
+            ref, pt = _references(functools.partial(attention_ref, **opts), seq, None, False)
+            _compare(f" (sequence {b})", out[b:b + 1], (), ref, pt)
 
     return desc, run
 
@@ -198,18 +203,10 @@ def _flex_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, call
         out = flashattn2.flex_attention(q, k, v, block_mask=block_mask, enable_gqa=nheads != nheads_k)
         mask = create_mask(mask_mod, 1, nheads, seqlen_q, seqlen_k, device=DEVICE)
         dout = torch.randn_like(out)
-        results = []
-        for upcast in (True, False):
-            ins = [x.detach().requires_grad_(grads) for x in (q, k, v)]
-            ref, _ = flex_attention_ref(*ins, mask, upcast=upcast)
-            if grads:
-                ref.backward(dout.double() if upcast else dout)
-            results.append((ref, *(x.grad for x in ins)))
-        _check("out", out, results[0][0], results[1][0], FWD)
+        ref, pt = _references(functools.partial(flex_attention_ref, mask=mask), (q, k, v), dout, grads)
         if grads:
             out.backward(dout)
-            for name, x, ref, pt in zip(("dq", "dk", "dv"), (q, k, v), results[0][1:], results[1][1:], strict=True):
-                _check(name, x.grad, ref, pt, BWD)
+        _compare("", out, [x.grad for x in (q, k, v)] if grads else (), ref, pt)
 
     return desc, run
 

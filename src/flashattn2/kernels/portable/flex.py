@@ -54,6 +54,12 @@ def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, In
 
 
 @triton.jit
+def _at(off_b, off_h, block, strides):
+    """The offset of (batch, head, block) in a block list whose first three strides are `strides`."""
+    return off_b * strides[0] + off_h * strides[1] + block * strides[2]
+
+
+@triton.jit
 def flex_fwd_kernel(
     Q, K, V, Out, Lse, KvNum, KvIndices, PartialIds, FullNum, FullIndices, MaskBits,
     stride_q, stride_k, stride_v, stride_o, stride_lse, stride_num, stride_idx, stride_full_num, stride_full_idx,
@@ -85,15 +91,15 @@ def flex_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    row = off_b * stride_num[0] + off_h * stride_num[1] + q_block * stride_num[2]
-    lists = off_b * stride_idx[0] + off_h * stride_idx[1] + q_block * stride_idx[2]
+    row = _at(off_b, off_h, q_block, stride_num)
+    lists = _at(off_b, off_h, q_block, stride_idx)
     acc, m_i, l_i = _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, KvNum + row,
                                  KvIndices + lists, PartialIds + lists, MaskBits, offs_m, offs_d, q_block * SPARSE_Q,
                                  seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, True,
                                  INTERPRET)
     if HAS_FULL:
-        row = off_b * stride_full_num[0] + off_h * stride_full_num[1] + q_block * stride_full_num[2]
-        lists = off_b * stride_full_idx[0] + off_h * stride_full_idx[1] + q_block * stride_full_idx[2]
+        row = _at(off_b, off_h, q_block, stride_full_num)
+        lists = _at(off_b, off_h, q_block, stride_full_idx)
         acc, m_i, l_i = _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, FullNum + row,
                                      FullIndices + lists, FullIndices, MaskBits, offs_m, offs_d, q_block * SPARSE_Q,
                                      seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV,
@@ -148,6 +154,27 @@ def _broadcast(x: torch.Tensor, batch: int, nheads: int) -> tuple[torch.Tensor, 
     return x, tuple(x.stride()[:3])
 
 
+def _tiles(block_mask) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) of the kernels: 64 (32 under the interpreter), within one mask block."""
+    tile = 32 if INTERPRET else 64
+    return min(tile, block_mask.BLOCK_SIZE[0]), min(tile, block_mask.BLOCK_SIZE[1])
+
+
+def _block_lists(block_mask, view: str, ids: torch.Tensor, batch: int, nheads: int) -> tuple[tuple, dict]:
+    """A view's ("kv": key blocks per query block; "q": the transposed one) block lists as the kernels take them:
+    (counts, indices, partial ids, full counts, full indices) broadcast to (batch, nheads, ...), and their strides
+    by name. Without full lists (separate_full_blocks=False) the partial ones stand in, unread."""
+    num, s_num = _broadcast(getattr(block_mask, f"{view}_num_blocks"), batch, nheads)
+    idx, s_idx = _broadcast(getattr(block_mask, f"{view}_indices").contiguous(), batch, nheads)
+    ids, _ = _broadcast(ids, batch, nheads)
+    full_num, s_full_num, full_idx, s_full_idx = num, s_num, idx, s_idx
+    if block_mask.full_kv_num_blocks is not None:
+        full_num, s_full_num = _broadcast(getattr(block_mask, f"full_{view}_num_blocks"), batch, nheads)
+        full_idx, s_full_idx = _broadcast(getattr(block_mask, f"full_{view}_indices").contiguous(), batch, nheads)
+    return ((num, idx, ids, full_num, full_idx),
+            dict(stride_num=s_num, stride_idx=s_idx, stride_full_num=s_full_num, stride_full_idx=s_full_idx))
+
+
 def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, scale: float,
                  bits: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) of checked (batch, heads, seqlen, head_dim) inputs under block_mask; bits from
@@ -161,23 +188,16 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
         lse.fill_(float("-inf"))
         return out, lse
     ids, words = bits
-    num, s_num = _broadcast(block_mask.kv_num_blocks, batch, nheads)
-    idx, s_idx = _broadcast(block_mask.kv_indices.contiguous(), batch, nheads)
-    ids, _ = _broadcast(ids, batch, nheads)
-    has_full = block_mask.full_kv_num_blocks is not None
-    full_num, s_full_num = _broadcast(block_mask.full_kv_num_blocks, batch, nheads) if has_full else (num, s_num)
-    full_idx, s_full_idx = (_broadcast(block_mask.full_kv_indices.contiguous(), batch, nheads) if has_full
-                            else (idx, s_idx))
-    block_m, block_n = (min(32, sparse_q), min(32, sparse_kv)) if INTERPRET else (min(64, sparse_q),
-                                                                                  min(64, sparse_kv))
+    tensors, lists = _block_lists(block_mask, "kv", ids, batch, nheads)
+    block_m, block_n = _tiles(block_mask)
     grid = (cdiv(seqlen_q, block_m), batch, nheads)
     flex_fwd_kernel[grid](
-        q, k, v, out, lse, num, idx, ids, full_num, full_idx, words if words.numel() else num,
-        q.stride()[:3], k.stride()[:3], v.stride()[:3], out.stride()[:3], lse.stride()[:2], s_num, s_idx,
-        s_full_num, s_full_idx, nheads // k.shape[1], seqlen_q, seqlen_k, scale * 1.4426950408889634,
+        q, k, v, out, lse, *tensors, words if words.numel() else tensors[0],
+        q.stride()[:3], k.stride()[:3], v.stride()[:3], out.stride()[:3], lse.stride()[:2], **lists,
+        group=nheads // k.shape[1], seqlen_q=seqlen_q, seqlen_k=seqlen_k, qk_scale=scale * 1.4426950408889634,
         HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
-        SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv, HAS_FULL=has_full, INTERPRET=INTERPRET,
-        num_warps=4, num_stages=2)
+        SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv, HAS_FULL=block_mask.full_kv_num_blocks is not None,
+        INTERPRET=INTERPRET, num_warps=4, num_stages=2)
     return out, lse
 
 
@@ -254,14 +274,14 @@ def flex_bwd_dq_kernel(
     k_base = K + off_b64 * stride_kb + off_hk.to(tl.int64) * stride_kh
     v_base = V + off_b64 * stride_vb + off_hk.to(tl.int64) * stride_vh
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    row = off_b * stride_num[0] + off_h * stride_num[1] + q_block * stride_num[2]
-    lists = off_b * stride_idx[0] + off_h * stride_idx[1] + q_block * stride_idx[2]
+    row = _at(off_b, off_h, q_block, stride_num)
+    lists = _at(off_b, off_h, q_block, stride_idx)
     dq = _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, KvNum + row, KvIndices + lists,
                          PartialIds + lists, MaskBits, offs_m, offs_d, q_block * SPARSE_Q, seqlen_q, seqlen_k,
                          qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, True, INTERPRET)
     if HAS_FULL:
-        row = off_b * stride_full_num[0] + off_h * stride_full_num[1] + q_block * stride_full_num[2]
-        lists = off_b * stride_full_idx[0] + off_h * stride_full_idx[1] + q_block * stride_full_idx[2]
+        row = _at(off_b, off_h, q_block, stride_full_num)
+        lists = _at(off_b, off_h, q_block, stride_full_idx)
         dq = _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, FullNum + row,
                              FullIndices + lists, FullIndices, MaskBits, offs_m, offs_d, q_block * SPARSE_Q, seqlen_q,
                              seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, False, INTERPRET)
@@ -335,15 +355,15 @@ def flex_bwd_dkdv_kernel(
         q_head = Q + off_b64 * stride_q[0] + h64 * stride_q[1]
         do_head = dOut + off_b64 * stride_do[0] + h64 * stride_do[1]
         stats = off_b64 * stride_lse[0] + h64 * stride_lse[1]
-        row = off_b * stride_num[0] + off_h * stride_num[1] + kv_block * stride_num[2]
-        lists = off_b * stride_idx[0] + off_h * stride_idx[1] + kv_block * stride_idx[2]
+        row = _at(off_b, off_h, kv_block, stride_num)
+        lists = _at(off_b, off_h, kv_block, stride_idx)
         dk, dv = _flex_dkdv_blocks(dk, dv, k, v, q_head, do_head, Lse + stats, Delta + stats, off_h, stride_q[2],
                                    stride_do[2], QNum + row, QIndices + lists, QPartialIds + lists, MaskBits, offs_n,
                                    offs_d, kv_block * SPARSE_KV, seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D,
                                    BLOCK_M, SPARSE_Q, SPARSE_KV, True, INTERPRET)
         if HAS_FULL:
-            row = off_b * stride_full_num[0] + off_h * stride_full_num[1] + kv_block * stride_full_num[2]
-            lists = off_b * stride_full_idx[0] + off_h * stride_full_idx[1] + kv_block * stride_full_idx[2]
+            row = _at(off_b, off_h, kv_block, stride_full_num)
+            lists = _at(off_b, off_h, kv_block, stride_full_idx)
             dk, dv = _flex_dkdv_blocks(dk, dv, k, v, q_head, do_head, Lse + stats, Delta + stats, off_h, stride_q[2],
                                        stride_do[2], FullQNum + row, FullQIndices + lists, FullQIndices, MaskBits,
                                        offs_n, offs_d, kv_block * SPARSE_KV, seqlen_q, seqlen_k, qk_scale, HEAD_DIM,
@@ -384,31 +404,20 @@ def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     delta = (dout.float() * out.float()).sum(-1)  # (batch, heads, seqlen_q), like lse
     ids, words = bits
     sparse_q, sparse_kv = block_mask.BLOCK_SIZE
-    block_m, block_n = (min(32, sparse_q), min(32, sparse_kv)) if INTERPRET else (min(64, sparse_q),
-                                                                                  min(64, sparse_kv))
-    has_full = block_mask.full_kv_num_blocks is not None
+    block_m, block_n = _tiles(block_mask)
     words = words if words.numel() else block_mask.kv_num_blocks
     shared = dict(group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, qk_scale=scale * 1.4426950408889634,
                   softmax_scale=scale, HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_M=block_m,
-                  BLOCK_N=block_n, SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv, HAS_FULL=has_full, INTERPRET=INTERPRET,
+                  BLOCK_N=block_n, SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv,
+                  HAS_FULL=block_mask.full_kv_num_blocks is not None, INTERPRET=INTERPRET,
                   num_warps=4, num_stages=1)
     strides = dict(stride_q=q.stride()[:3], stride_k=k.stride()[:3], stride_v=v.stride()[:3],
                    stride_do=dout.stride()[:3], stride_lse=lse.stride()[:2])
-    for view in ("kv", "q"):
-        num, s_num = _broadcast(getattr(block_mask, f"{view}_num_blocks"), batch, nheads)
-        idx, s_idx = _broadcast(getattr(block_mask, f"{view}_indices").contiguous(), batch, nheads)
-        part, _ = _broadcast(ids if view == "kv" else q_ids, batch, nheads)
-        full_num, s_full_num = (_broadcast(getattr(block_mask, f"full_{view}_num_blocks"), batch, nheads) if has_full
-                                else (num, s_num))
-        full_idx, s_full_idx = (_broadcast(getattr(block_mask, f"full_{view}_indices").contiguous(), batch, nheads)
-                                if has_full else (idx, s_idx))
-        lists = dict(stride_num=s_num, stride_idx=s_idx, stride_full_num=s_full_num, stride_full_idx=s_full_idx)
-        if view == "kv":
-            flex_bwd_dq_kernel[(cdiv(seqlen_q, block_m), batch, nheads)](
-                q, k, v, dout, lse, delta, dq, num, idx, part, full_num, full_idx, words, stride_dq=dq.stride()[:3],
-                **strides, **lists, **shared)
-        else:
-            flex_bwd_dkdv_kernel[(cdiv(seqlen_k, block_n), batch, nheads_k)](
-                q, k, v, dout, lse, delta, dk, dv, num, idx, part, full_num, full_idx, words,
-                stride_dk=dk.stride()[:3], stride_dv=dv.stride()[:3], **strides, **lists, **shared)
+    tensors, lists = _block_lists(block_mask, "kv", ids, batch, nheads)
+    flex_bwd_dq_kernel[(cdiv(seqlen_q, block_m), batch, nheads)](
+        q, k, v, dout, lse, delta, dq, *tensors, words, stride_dq=dq.stride()[:3], **strides, **lists, **shared)
+    tensors, lists = _block_lists(block_mask, "q", q_ids, batch, nheads)
+    flex_bwd_dkdv_kernel[(cdiv(seqlen_k, block_n), batch, nheads_k)](
+        q, k, v, dout, lse, delta, dk, dv, *tensors, words, stride_dk=dk.stride()[:3], stride_dv=dv.stride()[:3],
+        **strides, **lists, **shared)
     return dq, dk, dv
