@@ -60,6 +60,25 @@ def _at(off_b, off_h, block, strides):
 
 
 @triton.jit
+def _query_tile(Q, K, V, stride_q, stride_k, stride_v, group, seqlen_q, HEAD_DIM: tl.constexpr,
+                BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, SPARSE_Q: tl.constexpr):
+    """This program's query tile (grid: query tiles, batch, heads): (batch, head, 64-bit batch, its mask block,
+    rows, head-dim columns, the Q tile, its key head's K and V bases). Strides: (batch, head, row)."""
+    start_m = tl.program_id(0) * BLOCK_M
+    off_b = tl.program_id(1)
+    off_h = tl.program_id(2)
+    off_hk = (off_h // group).to(tl.int64)
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    off_b64 = off_b.to(tl.int64)
+    q = load_rows(Q + off_b64 * stride_q[0] + off_h.to(tl.int64) * stride_q[1] + offs_m[:, None] * stride_q[2]
+                  + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
+    k_base = K + off_b64 * stride_k[0] + off_hk * stride_k[1]
+    v_base = V + off_b64 * stride_v[0] + off_hk * stride_v[1]
+    return off_b, off_h, off_b64, start_m // SPARSE_Q, offs_m, offs_d, q, k_base, v_base
+
+
+@triton.jit
 def flex_fwd_kernel(
     Q, K, V, Out, Lse, KvNum, KvIndices, PartialIds, FullNum, FullIndices, MaskBits,
     stride_q, stride_k, stride_v, stride_o, stride_lse, stride_num, stride_idx, stride_full_num, stride_full_idx,
@@ -72,22 +91,10 @@ def flex_fwd_kernel(
     heads, seqlen, head_dim) with (batch, head, row) strides stride_q ... stride_o; stride_lse (batch, head). The
     block lists are (batch, head, query block[, j]) with stride 0 where the mask broadcasts. GQA: query head h
     reads key head h // group."""
-    stride_qb, stride_qh, stride_qm = stride_q
-    stride_kb, stride_kh, stride_kn = stride_k
-    stride_vb, stride_vh, stride_vn = stride_v
     stride_ob, stride_oh, stride_om = stride_o
-    start_m = tl.program_id(0) * BLOCK_M
-    off_b = tl.program_id(1)
-    off_h = tl.program_id(2)
-    off_hk = off_h // group
-    q_block = start_m // SPARSE_Q
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    off_b64 = off_b.to(tl.int64)
-    q = load_rows(Q + off_b64 * stride_qb + off_h.to(tl.int64) * stride_qh + offs_m[:, None] * stride_qm
-                  + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
-    k_base = K + off_b64 * stride_kb + off_hk.to(tl.int64) * stride_kh
-    v_base = V + off_b64 * stride_vb + off_hk.to(tl.int64) * stride_vh
+    off_b, off_h, off_b64, q_block, offs_m, offs_d, q, k_base, v_base = _query_tile(
+        Q, K, V, stride_q, stride_k, stride_v, group, seqlen_q, HEAD_DIM, BLOCK_D, BLOCK_M, SPARSE_Q)
+    stride_kn, stride_vn = stride_k[2], stride_v[2]
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -252,27 +259,15 @@ def flex_bwd_dq_kernel(
 ):
     """dQ of one query tile: the forward's walk over the block lists, with P from the saved lse (natural log,
     -inf for empty rows) and Delta = rowsum(dO * O). Layouts as flex_fwd_kernel's; Delta like Lse."""
-    stride_qb, stride_qh, stride_qm = stride_q
-    stride_kb, stride_kh, stride_kn = stride_k
-    stride_vb, stride_vh, stride_vn = stride_v
-    start_m = tl.program_id(0) * BLOCK_M
-    off_b = tl.program_id(1)
-    off_h = tl.program_id(2)
-    off_hk = off_h // group
-    q_block = start_m // SPARSE_Q
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    off_b64 = off_b.to(tl.int64)
-    q = load_rows(Q + off_b64 * stride_qb + off_h.to(tl.int64) * stride_qh + offs_m[:, None] * stride_qm
-                  + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
+    off_b, off_h, off_b64, q_block, offs_m, offs_d, q, k_base, v_base = _query_tile(
+        Q, K, V, stride_q, stride_k, stride_v, group, seqlen_q, HEAD_DIM, BLOCK_D, BLOCK_M, SPARSE_Q)
+    stride_kn, stride_vn = stride_k[2], stride_v[2]
     do = load_rows(dOut + off_b64 * stride_do[0] + off_h.to(tl.int64) * stride_do[1] + offs_m[:, None] * stride_do[2]
                    + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
     row_stats = off_b64 * stride_lse[0] + off_h.to(tl.int64) * stride_lse[1] + offs_m
     lse = tl.load(Lse + row_stats, mask=offs_m < seqlen_q, other=float("-inf"))
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
     delta = tl.load(Delta + row_stats, mask=offs_m < seqlen_q, other=0.0)
-    k_base = K + off_b64 * stride_kb + off_hk.to(tl.int64) * stride_kh
-    v_base = V + off_b64 * stride_vb + off_hk.to(tl.int64) * stride_vh
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     row = _at(off_b, off_h, q_block, stride_num)
     lists = _at(off_b, off_h, q_block, stride_idx)
