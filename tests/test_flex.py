@@ -61,6 +61,19 @@ def test_flex_document_mask_gqa(dtype):
     assert (block_mask.kv_num_blocks + block_mask.full_kv_num_blocks < block_mask.kv_indices.shape[-1]).any()
 
 
+def test_flex_sliding_window_whole_blocks():
+    # lengths that are multiples of the mask's blocks (the kernels drop their bounds checks): a causal sliding
+    # window, with partial blocks on the diagonal and the window's edge and full blocks between
+    torch.manual_seed(4)
+    q, k, v = (randn(1, 2, 256, 64, dtype=torch.bfloat16) for _ in range(3))
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (q_idx - kv_idx < 100)
+
+    block_mask, _ = _check(q, k, v, mask_mod, None, None, 32, grads=True)
+    assert block_mask.full_kv_num_blocks.sum() > 0
+
+
 def test_flex_empty_rows_and_broadcast_mask():
     # a mask shared by batch and heads (B = H = None) that leaves some rows with no key: out 0, lse -inf
     torch.manual_seed(1)

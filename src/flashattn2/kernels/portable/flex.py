@@ -24,32 +24,36 @@ EVAL_CHUNK = 256
 def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, Indices, Ids, MaskBits, offs_m, offs_d,
                  q_block_start, seqlen_q, seqlen_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                  BLOCK_N: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, PARTIAL: tl.constexpr,
-                 INTERPRET: tl.constexpr):
+                 EVEN_N: tl.constexpr, INTERPRET: tl.constexpr):
     """Fold the key blocks of one list (Num of them at Indices) into (acc, m_i, l_i); PARTIAL blocks apply their
-    mask bits (Ids: each block's row in MaskBits)."""
+    mask bits (Ids: each block's row in MaskBits). EVEN_N: seqlen_k is a multiple of SPARSE_KV, so no key tile
+    crosses the end."""
     WORDS: tl.constexpr = SPARSE_KV // 32
+    SUBS: tl.constexpr = SPARSE_KV // BLOCK_N
     offs_n0 = tl.arange(0, BLOCK_N)
-    for j in range(tl.load(Num)):
-        kv_block = tl.load(Indices + j)
+    # one flat loop over (block, key tile of the block), so that the compiler pipelines the tiles' loads
+    for t in range(tl.load(Num) * SUBS):
+        j = t // SUBS
+        sub = t % SUBS
+        offs_n = tl.load(Indices + j) * SPARSE_KV + sub * BLOCK_N + offs_n0
+        k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
+                      BLOCK_D, not EVEN_N)
+        qk = mma(q, tl.trans(k), None, INTERPRET)
         if PARTIAL:
             bits = MaskBits + tl.load(Ids + j).to(tl.int64) * (SPARSE_Q * WORDS) + \
                 (offs_m - q_block_start)[:, None] * WORDS
-        for sub in tl.static_range(SPARSE_KV // BLOCK_N):
-            start_n = kv_block * SPARSE_KV + sub * BLOCK_N
-            offs_n = start_n + offs_n0
-            k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
-                          BLOCK_D, True)
-            qk = mma(q, tl.trans(k), None, INTERPRET)
-            visible = (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
-            if PARTIAL:
-                col = sub * BLOCK_N + offs_n0  # the key's place in its mask block
-                word = tl.load(bits + (col // 32)[None, :])
-                visible = visible & (((word >> (col % 32)[None, :]) & 1) != 0)
+            col = sub * BLOCK_N + offs_n0  # the key's place in its mask block
+            word = tl.load(bits + (col // 32)[None, :])
+            visible = ((word >> (col % 32)[None, :]) & 1) != 0
+            if not EVEN_N:
+                visible = visible & (offs_n[None, :] < seqlen_k)
             qk = tl.where(visible, qk, float("-inf"))
-            p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, qk_scale, True)
-            v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
-                          BLOCK_D, True)
-            acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
+        elif not EVEN_N:
+            qk = tl.where(offs_n[None, :] < seqlen_k, qk, float("-inf"))
+        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, qk_scale, True)
+        v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
+                      BLOCK_D, not EVEN_N)
+        acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
     return acc, m_i, l_i
 
 
@@ -84,7 +88,8 @@ def flex_fwd_kernel(
     stride_q, stride_k, stride_v, stride_o, stride_lse, stride_num, stride_idx, stride_full_num, stride_full_idx,
     group, seqlen_q, seqlen_k, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, INTERPRET: tl.constexpr,
+    SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, EVEN_N: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """One program per (query tile, batch x head): Out = softmax(Q K^T scale, masked by the block mask) V and Lse
     (natural log; -inf and Out 0 for rows that see no key, as FlexAttention gives). Q, K, V, Out are (batch,
@@ -103,14 +108,14 @@ def flex_fwd_kernel(
     acc, m_i, l_i = _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, KvNum + row,
                                  KvIndices + lists, PartialIds + lists, MaskBits, offs_m, offs_d, q_block * SPARSE_Q,
                                  seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, True,
-                                 INTERPRET)
+                                 EVEN_N, INTERPRET)
     if HAS_FULL:
         row = _at(off_b, off_h, q_block, stride_full_num)
         lists = _at(off_b, off_h, q_block, stride_full_idx)
         acc, m_i, l_i = _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, FullNum + row,
                                      FullIndices + lists, FullIndices, MaskBits, offs_m, offs_d, q_block * SPARSE_Q,
                                      seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV,
-                                     False, INTERPRET)
+                                     False, EVEN_N, INTERPRET)
     out, lse = finalize(acc, m_i, l_i)
     lse = tl.where(lse == float("inf"), float("-inf"), lse)  # FlexAttention's empty row
     store_rows(Out + off_b64 * stride_ob + off_h.to(tl.int64) * stride_oh + offs_m[:, None] * stride_om
@@ -161,10 +166,27 @@ def _broadcast(x: torch.Tensor, batch: int, nheads: int) -> tuple[torch.Tensor, 
     return x, tuple(x.stride()[:3])
 
 
-def _tiles(block_mask) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N) of the kernels: 64 (32 under the interpreter), within one mask block."""
-    tile = 32 if INTERPRET else 64
-    return min(tile, block_mask.BLOCK_SIZE[0]), min(tile, block_mask.BLOCK_SIZE[1])
+# (block_m, block_n, num_warps, num_stages) per kernel and padded head dim, first fit; Hopper-class GPUs and the
+# rest alike for now. Tiles are clipped to the mask's blocks. OVERRIDE (kernel -> tuple) lets sweeps try others.
+CONFIGS = {
+    "fwd": [(64, (128, 64, 4, 3)), (128, (128, 64, 8, 3)), (256, (64, 64, 4, 2))],
+    "dq": [(64, (64, 64, 4, 3)), (128, (64, 64, 4, 2)), (256, (64, 32, 4, 1))],
+    "dkdv": [(64, (64, 64, 4, 3)), (128, (64, 64, 4, 2)), (256, (32, 64, 4, 1))],
+}
+OVERRIDE: dict[str, tuple[int, int, int, int]] = {}
+
+
+def _config(kernel: str, block_mask, block_d: int) -> dict:
+    """The launch keywords of one flex kernel: tiles (32 under the interpreter, within one mask block), warps and
+    stages."""
+    if INTERPRET:
+        block_m, block_n, warps, stages = 32, 32, 4, 1
+    else:
+        block_m, block_n, warps, stages = OVERRIDE.get(kernel) or next(
+            cfg for bound, cfg in CONFIGS[kernel] if block_d <= bound)
+    sparse_q, sparse_kv = block_mask.BLOCK_SIZE
+    return dict(BLOCK_M=min(block_m, sparse_q), BLOCK_N=min(block_n, sparse_kv), num_warps=warps,
+                num_stages=stages)
 
 
 def _block_lists(block_mask, view: str, ids: torch.Tensor, batch: int, nheads: int) -> tuple[tuple, dict]:
@@ -196,56 +218,64 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
         return out, lse
     ids, words = bits
     tensors, lists = _block_lists(block_mask, "kv", ids, batch, nheads)
-    block_m, block_n = _tiles(block_mask)
-    grid = (cdiv(seqlen_q, block_m), batch, nheads)
+    block_d = padded_head_dim(head_dim)
+    cfg = _config("fwd", block_mask, block_d)
+    grid = (cdiv(seqlen_q, cfg["BLOCK_M"]), batch, nheads)
     flex_fwd_kernel[grid](
         q, k, v, out, lse, *tensors, words if words.numel() else tensors[0],
         q.stride()[:3], k.stride()[:3], v.stride()[:3], out.stride()[:3], lse.stride()[:2], **lists,
         group=nheads // k.shape[1], seqlen_q=seqlen_q, seqlen_k=seqlen_k, qk_scale=scale * 1.4426950408889634,
-        HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
-        SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv, HAS_FULL=block_mask.full_kv_num_blocks is not None,
-        INTERPRET=INTERPRET, num_warps=4, num_stages=2)
+        HEAD_DIM=head_dim, BLOCK_D=block_d, SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv,
+        HAS_FULL=block_mask.full_kv_num_blocks is not None, EVEN_N=seqlen_k % sparse_kv == 0, INTERPRET=INTERPRET,
+        **cfg)
     return out, lse
 
 
 @triton.jit
 def _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, bits_row, col, PARTIAL: tl.constexpr,
-                INTERPRET: tl.constexpr):
+                EVEN: tl.constexpr, INTERPRET: tl.constexpr):
     """The probabilities P of one (queries x keys) tile from the forward's lse (log2 units; +inf for a row that
-    sees no key, so that its P is 0), masked by the sequence ends and, in PARTIAL blocks, the mask bits."""
+    sees no key, so that its P is 0), masked by the sequence ends (unless EVEN: no tile crosses them) and, in
+    PARTIAL blocks, the mask bits."""
     qk = mma(q, tl.trans(k), None, INTERPRET)
-    visible = (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
+    p = tl.math.exp2(qk * qk_scale - lse2[:, None])
     if PARTIAL:
         word = tl.load(bits_row + (col // 32)[None, :])
-        visible = visible & (((word >> (col % 32)[None, :]) & 1) != 0)
-    return tl.where(visible, tl.math.exp2(qk * qk_scale - lse2[:, None]), 0.0)
+        visible = ((word >> (col % 32)[None, :]) & 1) != 0
+        if not EVEN:
+            visible = visible & (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
+        p = tl.where(visible, p, 0.0)
+    elif not EVEN:
+        p = tl.where((offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k), p, 0.0)
+    return p
 
 
 @triton.jit
 def _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, Num, Indices, Ids, MaskBits, offs_m,
                     offs_d, q_block_start, seqlen_q, seqlen_k, qk_scale, HEAD_DIM: tl.constexpr,
                     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr,
-                    PARTIAL: tl.constexpr, INTERPRET: tl.constexpr):
+                    PARTIAL: tl.constexpr, EVEN: tl.constexpr, INTERPRET: tl.constexpr):
     """dQ (unscaled: dS K) over the key blocks of one list, as _flex_blocks walks them."""
     WORDS: tl.constexpr = SPARSE_KV // 32
+    SUBS: tl.constexpr = SPARSE_KV // BLOCK_N
     offs_n0 = tl.arange(0, BLOCK_N)
-    for j in range(tl.load(Num)):
-        kv_block = tl.load(Indices + j)
+    for t in range(tl.load(Num) * SUBS):
+        j = t // SUBS
+        sub = t % SUBS
+        offs_n = tl.load(Indices + j) * SPARSE_KV + sub * BLOCK_N + offs_n0
         bits_row = MaskBits
         if PARTIAL:
             bits_row = MaskBits + tl.load(Ids + j).to(tl.int64) * (SPARSE_Q * WORDS) + \
                 (offs_m - q_block_start)[:, None] * WORDS
-        for sub in tl.static_range(SPARSE_KV // BLOCK_N):
-            offs_n = kv_block * SPARSE_KV + sub * BLOCK_N + offs_n0
-            k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
-                          BLOCK_D, True)
-            v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
-                          BLOCK_D, True)
-            p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, bits_row, sub * BLOCK_N + offs_n0,
-                            PARTIAL, INTERPRET)
-            dp = mma(do, tl.trans(v), None, INTERPRET)
-            ds = p * (dp - delta[:, None])
-            dq = mma(round_to(ds, k.dtype, INTERPRET), k, dq, INTERPRET)
+        k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
+                      BLOCK_D, not EVEN)
+        v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
+                      BLOCK_D, not EVEN)
+        p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, bits_row, sub * BLOCK_N + offs_n0,
+                        PARTIAL, EVEN, INTERPRET)
+        dp = mma(do, tl.trans(v), None, INTERPRET)
+        ds = p * (dp - delta[:, None])
+        dq = mma(round_to(ds, k.dtype, INTERPRET), k, dq, INTERPRET)
     return dq
 
 
@@ -255,7 +285,8 @@ def flex_bwd_dq_kernel(
     stride_q, stride_k, stride_v, stride_do, stride_dq, stride_lse, stride_num, stride_idx, stride_full_num,
     stride_full_idx, group, seqlen_q, seqlen_k, qk_scale, softmax_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, INTERPRET: tl.constexpr,
+    SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, EVEN_N: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """dQ of one query tile: the forward's walk over the block lists, with P from the saved lse (natural log,
     -inf for empty rows) and Delta = rowsum(dO * O). Layouts as flex_fwd_kernel's; Delta like Lse."""
@@ -273,49 +304,55 @@ def flex_bwd_dq_kernel(
     lists = _at(off_b, off_h, q_block, stride_idx)
     dq = _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, KvNum + row, KvIndices + lists,
                          PartialIds + lists, MaskBits, offs_m, offs_d, q_block * SPARSE_Q, seqlen_q, seqlen_k,
-                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, True, INTERPRET)
+                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, True, EVEN_N, INTERPRET)
     if HAS_FULL:
         row = _at(off_b, off_h, q_block, stride_full_num)
         lists = _at(off_b, off_h, q_block, stride_full_idx)
         dq = _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, FullNum + row,
                              FullIndices + lists, FullIndices, MaskBits, offs_m, offs_d, q_block * SPARSE_Q, seqlen_q,
-                             seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, False, INTERPRET)
+                             seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, False, EVEN_N,
+                             INTERPRET)
     store_rows(dQ + off_b64 * stride_dq[0] + off_h.to(tl.int64) * stride_dq[1] + offs_m[:, None] * stride_dq[2]
                + offs_d[None, :], round_to(dq * softmax_scale, dQ.dtype.element_ty, INTERPRET), offs_m, seqlen_q,
                offs_d, HEAD_DIM, BLOCK_D)
 
 
 @triton.jit
-def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, q_head, stride_qm, stride_dom, Num, Indices, Ids, MaskBits,
-                      offs_n, offs_d, kv_block_start, seqlen_q, seqlen_k, qk_scale, HEAD_DIM: tl.constexpr,
+def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, stride_qm, stride_dom, Num, Indices, Ids, MaskBits, offs_n,
+                      offs_d, kv_block_start, seqlen_q, seqlen_k, qk_scale, HEAD_DIM: tl.constexpr,
                       BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr,
-                      PARTIAL: tl.constexpr, INTERPRET: tl.constexpr):
+                      PARTIAL: tl.constexpr, EVEN: tl.constexpr, INTERPRET: tl.constexpr):
     """dK (unscaled: dS^T Q) and dV (P^T dO) of one key tile over the query blocks of one list (the block
     mask's q_indices view); Q, dOut, Lse, Delta point at one query head's rows."""
     WORDS: tl.constexpr = SPARSE_KV // 32
+    SUBS: tl.constexpr = SPARSE_Q // BLOCK_M
     offs_m0 = tl.arange(0, BLOCK_M)
     col = offs_n - kv_block_start  # the keys' places in their mask block
-    for j in range(tl.load(Num)):
-        q_block = tl.load(Indices + j)
-        for sub in tl.static_range(SPARSE_Q // BLOCK_M):
-            offs_m = q_block * SPARSE_Q + sub * BLOCK_M + offs_m0
-            bits_row = MaskBits
-            if PARTIAL:
-                bits_row = MaskBits + tl.load(Ids + j).to(tl.int64) * (SPARSE_Q * WORDS) + \
-                    (sub * BLOCK_M + offs_m0)[:, None] * WORDS
-            q = load_rows(Q + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
-                          BLOCK_D, True)
-            do = load_rows(dOut + offs_m[:, None] * stride_dom + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
-                           BLOCK_D, True)
+    for t in range(tl.load(Num) * SUBS):
+        j = t // SUBS
+        sub = t % SUBS
+        offs_m = tl.load(Indices + j) * SPARSE_Q + sub * BLOCK_M + offs_m0
+        bits_row = MaskBits
+        if PARTIAL:
+            bits_row = MaskBits + tl.load(Ids + j).to(tl.int64) * (SPARSE_Q * WORDS) + \
+                (sub * BLOCK_M + offs_m0)[:, None] * WORDS
+        q = load_rows(Q + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
+                      BLOCK_D, not EVEN)
+        do = load_rows(dOut + offs_m[:, None] * stride_dom + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
+                       BLOCK_D, not EVEN)
+        if EVEN:
+            lse = tl.load(Lse + offs_m)
+            delta = tl.load(Delta + offs_m)
+        else:
             lse = tl.load(Lse + offs_m, mask=offs_m < seqlen_q, other=float("-inf"))
-            lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
             delta = tl.load(Delta + offs_m, mask=offs_m < seqlen_q, other=0.0)
-            p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, bits_row, col, PARTIAL,
-                            INTERPRET)
-            dv = mma(tl.trans(round_to(p, do.dtype, INTERPRET)), do, dv, INTERPRET)
-            dp = mma(do, tl.trans(v), None, INTERPRET)
-            ds = p * (dp - delta[:, None])
-            dk = mma(tl.trans(round_to(ds, q.dtype, INTERPRET)), q, dk, INTERPRET)
+        lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+        p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, bits_row, col, PARTIAL, EVEN,
+                        INTERPRET)
+        dv = mma(tl.trans(round_to(p, do.dtype, INTERPRET)), do, dv, INTERPRET)
+        dp = mma(do, tl.trans(v), None, INTERPRET)
+        ds = p * (dp - delta[:, None])
+        dk = mma(tl.trans(round_to(ds, q.dtype, INTERPRET)), q, dk, INTERPRET)
     return dk, dv
 
 
@@ -325,7 +362,8 @@ def flex_bwd_dkdv_kernel(
     stride_q, stride_k, stride_v, stride_do, stride_dk, stride_dv, stride_lse, stride_num, stride_idx,
     stride_full_num, stride_full_idx, group, seqlen_q, seqlen_k, qk_scale, softmax_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, INTERPRET: tl.constexpr,
+    SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, EVEN_M: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """dK, dV of one key tile of one key head, summed over its group of query heads (GQA), over the query blocks
     that the block mask's q_indices view lists for the tile's key block (QPartialIds: each partial block's row in
@@ -352,17 +390,18 @@ def flex_bwd_dkdv_kernel(
         stats = off_b64 * stride_lse[0] + h64 * stride_lse[1]
         row = _at(off_b, off_h, kv_block, stride_num)
         lists = _at(off_b, off_h, kv_block, stride_idx)
-        dk, dv = _flex_dkdv_blocks(dk, dv, k, v, q_head, do_head, Lse + stats, Delta + stats, off_h, stride_q[2],
+        dk, dv = _flex_dkdv_blocks(dk, dv, k, v, q_head, do_head, Lse + stats, Delta + stats, stride_q[2],
                                    stride_do[2], QNum + row, QIndices + lists, QPartialIds + lists, MaskBits, offs_n,
                                    offs_d, kv_block * SPARSE_KV, seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D,
-                                   BLOCK_M, SPARSE_Q, SPARSE_KV, True, INTERPRET)
+                                   BLOCK_M, SPARSE_Q, SPARSE_KV, True, EVEN_M, INTERPRET)
         if HAS_FULL:
             row = _at(off_b, off_h, kv_block, stride_full_num)
             lists = _at(off_b, off_h, kv_block, stride_full_idx)
-            dk, dv = _flex_dkdv_blocks(dk, dv, k, v, q_head, do_head, Lse + stats, Delta + stats, off_h, stride_q[2],
+            dk, dv = _flex_dkdv_blocks(dk, dv, k, v, q_head, do_head, Lse + stats, Delta + stats, stride_q[2],
                                        stride_do[2], FullQNum + row, FullQIndices + lists, FullQIndices, MaskBits,
                                        offs_n, offs_d, kv_block * SPARSE_KV, seqlen_q, seqlen_k, qk_scale, HEAD_DIM,
-                                       BLOCK_D, BLOCK_M, SPARSE_Q, SPARSE_KV, False, INTERPRET)
+                                       BLOCK_D, BLOCK_M, SPARSE_Q, SPARSE_KV, False, EVEN_M,
+                                       INTERPRET)
     store_rows(dK + off_b64 * stride_dk[0] + off_hk.to(tl.int64) * stride_dk[1] + offs_n[:, None] * stride_dk[2]
                + offs_d[None, :], round_to(dk * softmax_scale, dK.dtype.element_ty, INTERPRET), offs_n, seqlen_k,
                offs_d, HEAD_DIM, BLOCK_D)
@@ -399,20 +438,21 @@ def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     delta = (dout.float() * out.float()).sum(-1)  # (batch, heads, seqlen_q), like lse
     ids, words = bits
     sparse_q, sparse_kv = block_mask.BLOCK_SIZE
-    block_m, block_n = _tiles(block_mask)
     words = words if words.numel() else block_mask.kv_num_blocks
+    block_d = padded_head_dim(head_dim)
     shared = dict(group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, qk_scale=scale * 1.4426950408889634,
-                  softmax_scale=scale, HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_M=block_m,
-                  BLOCK_N=block_n, SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv,
-                  HAS_FULL=block_mask.full_kv_num_blocks is not None, INTERPRET=INTERPRET,
-                  num_warps=4, num_stages=1)
+                  softmax_scale=scale, HEAD_DIM=head_dim, BLOCK_D=block_d, SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv,
+                  HAS_FULL=block_mask.full_kv_num_blocks is not None, INTERPRET=INTERPRET)
     strides = dict(stride_q=q.stride()[:3], stride_k=k.stride()[:3], stride_v=v.stride()[:3],
                    stride_do=dout.stride()[:3], stride_lse=lse.stride()[:2])
     tensors, lists = _block_lists(block_mask, "kv", ids, batch, nheads)
-    flex_bwd_dq_kernel[(cdiv(seqlen_q, block_m), batch, nheads)](
-        q, k, v, dout, lse, delta, dq, *tensors, words, stride_dq=dq.stride()[:3], **strides, **lists, **shared)
+    cfg = _config("dq", block_mask, block_d)
+    flex_bwd_dq_kernel[(cdiv(seqlen_q, cfg["BLOCK_M"]), batch, nheads)](
+        q, k, v, dout, lse, delta, dq, *tensors, words, stride_dq=dq.stride()[:3], **strides, **lists, **shared,
+        EVEN_N=seqlen_k % sparse_kv == 0, **cfg)
     tensors, lists = _block_lists(block_mask, "q", q_ids, batch, nheads)
-    flex_bwd_dkdv_kernel[(cdiv(seqlen_k, block_n), batch, nheads_k)](
+    cfg = _config("dkdv", block_mask, block_d)
+    flex_bwd_dkdv_kernel[(cdiv(seqlen_k, cfg["BLOCK_N"]), batch, nheads_k)](
         q, k, v, dout, lse, delta, dk, dv, *tensors, words, stride_dk=dk.stride()[:3], stride_dv=dv.stride()[:3],
-        **strides, **lists, **shared)
+        **strides, **lists, **shared, EVEN_M=seqlen_q % sparse_q == 0, **cfg)
     return dq, dk, dv
