@@ -74,7 +74,10 @@ class Launch:
         if not INTERPRET and compiled is not None:
             # every argument after the tensors, in the kernel's parameter order
             names = self.kernel.arg_names[len(tensors) + len(self.scalars):]
-            self._tail = (*self.scalars, *[self.named[name] for name in names])
+            # parameters left out take their defaults, as Triton's own path gave them
+            defaults = {p.name: p.default for p in getattr(self.kernel, "params", ()) if p.has_default}
+            self._tail = (*self.scalars, *[self.named[name] if name in self.named else defaults[name]
+                                           for name in names])
             self._compiled = compiled
 
 
