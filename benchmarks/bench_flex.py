@@ -27,10 +27,12 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 import flashattn2
 from bench_features import time_fwd_bwd
 from flashattn2 import flash_attn_func, flash_attn_varlen_func
+from flashattn2.kernels.backends import flex_forward_backend
 from flashattn2.kernels.portable import flex as flex_kernels
 
 DEVICE = "cuda"
 TOKENS, HEADS, HDIM, WINDOW, DOCS, PREFIX, DENSITY, SOFTCAP = 32768, 16, 128, 4096, 8, 8192, 0.25, 30.0
+BACKENDS = ["auto"]  # flashattn2 backends timed on the flex rows (--backends)
 MASKS = ("causal", "window", "documents", "prefix_lm", "block_sparse", "alibi", "softcap")
 SWEEP = {
     "fwd": [(128, 64, 8, 3), (128, 64, 8, 2), (128, 128, 8, 2), (64, 64, 4, 3), (128, 64, 4, 3), (64, 128, 4, 2)],
@@ -153,8 +155,12 @@ def _run_mask(mask: str, q, k, v, compiled) -> list[dict]:
         flashattn2.flex._mask_bits(block_mask, TOKENS, TOKENS)
         torch.cuda.synchronize()
         extra = dict(mask_bits_s=time.perf_counter() - t0, block_mask_s=t_mask)
-        timings["flashattn2-flex"] = time_fwd_bwd(
-            lambda: flashattn2.flex_attention(*leaves, block_mask=block_mask), leaves, warmup=25, rep=100)
+        for backend in BACKENDS:
+            flashattn2.set_backend(backend)
+            name = "flashattn2-flex" + ("" if backend == "auto" else f"-{backend}")
+            timings[name] = time_fwd_bwd(lambda: flashattn2.flex_attention(*leaves, block_mask=block_mask), leaves,
+                                         warmup=25, rep=100)
+        flashattn2.set_backend("auto")
         with torch.no_grad():  # a sanity check at full size: the largest difference to Flex's output
             extra["max_diff_to_flex"] = (flashattn2.flex_attention(q, k, v, block_mask=block_mask).float()
                                          - compiled(q, k, v, block_mask=block_mask).float()).abs().max().item()
@@ -167,8 +173,9 @@ def _run_mask(mask: str, q, k, v, compiled) -> list[dict]:
     for name, (fwd, bwd) in timings.items():
         row = dict(mask=mask, impl=name, fwd_ms=fwd, bwd_ms=bwd, fwd_tflops=flops / fwd / 1e9,
                    bwd_tflops=2.5 * flops / bwd / 1e9, density=pairs / TOKENS ** 2)
-        if name == "flashattn2-flex":
-            row.update(extra)
+        if name.startswith("flashattn2-flex"):
+            row.update(extra, backend=flex_forward_backend(q, k, v, block_mask) if name == "flashattn2-flex"
+                       else None)
         rows.append(row)
         print(f"{mask:12s} {name:16s} fwd {row['fwd_tflops']:6.1f}  bwd {row['bwd_tflops']:6.1f} TFLOP/s "
               f"({fwd:.3f} / {bwd:.3f} ms)", flush=True)
@@ -190,7 +197,9 @@ def main():
     ap.add_argument("--stem", default=f"{time.strftime('%Y-%m-%d')}_flex")
     ap.add_argument("--masks", nargs="+", default=list(MASKS), choices=MASKS)
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--backends", nargs="+", default=["auto"], choices=["auto", "gluon", "triton"])
     args = ap.parse_args()
+    BACKENDS[:] = args.backends
     # Flex's compiled backward donates buffers, which forbids the retain_graph=True the timing loop needs
     torch._functorch.config.donated_buffer = False
     # every mask is a new mask_mod closure, a recompile each: past the default limit Flex falls back to eager

@@ -1,5 +1,5 @@
-"""Markdown and PNG of a masks_vs_flex.py result: forward and backward TFLOP/s per mask and implementation,
-and each over FlexAttention's. Writes <result>.md and <result>.png beside the JSON.
+"""Markdown and PNG of a masks_vs_flex.py or bench_flex.py result: forward and backward TFLOP/s per mask and
+implementation, and each over FlexAttention's. Writes <result>.md and <result>.png beside the JSON.
 
     python benchmarks/report_masks.py benchmarks/results/2026-11-24_masks_vs_flex.json
 """
@@ -19,7 +19,12 @@ def markdown(result: dict) -> str:
     lines = ["# Masked attention against FlexAttention", ""] + [f"- {k}: {v}" for k, v in meta.items()] + [
         "", f"TFLOP/s over the (query, key) pairs each mask keeps; {meta['tokens']} tokens, {meta['heads']} heads, "
         f"head dim {meta['head_dim']}; window: causal, {meta['window']} keys; documents: {meta['docs']} packed "
-        "causal documents (ours: flash_attn_varlen_func; Flex: a document mask).", "",
+        "causal documents (flash_attn: flash_attn_varlen_func; Flex: a document mask)." + (
+            f" prefix_lm: causal with a {meta['prefix']}-key prefix every query sees; block_sparse: random 128 x 128 "
+            f"blocks at {meta['density']:.0%} density plus the diagonal; alibi / softcap: causal with the score_mod "
+            f"(flashattn2's flex takes none yet: flash_attn_func's alibi_slopes / softcap={meta['softcap']}). "
+            "flashattn2-flex: flashattn2.flex_attention under the auto backend (the Gluon forward on Hopper), "
+            "-triton: the portable kernels." if "prefix" in meta else ""), "",
         "| mask | implementation | fwd TFLOP/s | bwd TFLOP/s | fwd / Flex | bwd / Flex |",
         "|---|---|---:|---:|---:|---:|"]
     flex = {r["mask"]: r for r in result["rows"] if r["impl"] == "flex"}
@@ -34,12 +39,13 @@ def plot(result: dict, path: Path) -> None:
     masks = list(dict.fromkeys(r["mask"] for r in result["rows"]))
     impls = list(dict.fromkeys(r["impl"] for r in result["rows"]))
     by = {(r["mask"], r["impl"]): r for r in result["rows"]}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(max(11, 2 * len(masks)), 4), sharey=True)
     width = 0.8 / len(impls)
     for ax, mode in zip(axes, ("fwd", "bwd"), strict=True):
         for i, impl in enumerate(impls):
             ax.bar([m + i * width for m in range(len(masks))],
-                   [by[(mask, impl)][f"{mode}_tflops"] for mask in masks], width, label=impl)
+                   [by[(mask, impl)][f"{mode}_tflops"] if (mask, impl) in by else 0.0 for mask in masks], width,
+                   label=impl)
         ax.set_xticks([m + width * (len(impls) - 1) / 2 for m in range(len(masks))], masks)
         ax.set_title(f"{mode}, {result['meta']['device']}")
         ax.set_ylabel("TFLOP/s")

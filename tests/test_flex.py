@@ -115,3 +115,42 @@ def test_flex_errors_name_the_problem():
         flashattn2.flex_attention(q, k[:, :1], v[:, :1], block_mask=causal)
     with pytest.raises(TypeError, match="BlockMask"):
         flashattn2.flex_attention(q, k, v, block_mask=torch.ones(64, 64, dtype=torch.bool))
+
+
+def _hopper():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim,dtype", [(128, torch.bfloat16), (64, torch.float16), (256, torch.bfloat16)])
+def test_flex_hopper_forward(head_dim, dtype):
+    # whole 128-blocks, the Gluon forward's block-sparse mode on Hopper (the portable kernel elsewhere): packed causal
+    # documents per batch entry (a captured tensor) with a per-head exception, GQA, seqlen_q != seqlen_k, rows
+    # that see no key; then a mask with no partial block, and none at all
+    from flashattn2.kernels.backends import flex_forward_backend
+
+    torch.manual_seed(5)
+    batch, heads, heads_k, seqlen_q, seqlen_k = 2, 4, 2, 384, 640
+    q = randn(batch, heads, seqlen_q, head_dim, dtype=dtype)
+    k, v = (randn(batch, heads_k, seqlen_k, head_dim, dtype=dtype) for _ in range(2))
+    docs = torch.stack([torch.arange(seqlen_k, device=DEVICE) // 200, torch.arange(seqlen_k, device=DEVICE) // 300])
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        shifted = q_idx + 256  # the queries are the last 384 keys
+        same = docs[b, kv_idx] == docs[b, shifted]
+        return ((shifted >= kv_idx) & same & (q_idx >= 40)) | ((h == 1) & (kv_idx < 7))
+
+    block_mask = flashattn2.create_block_mask(mask_mod, batch, heads, seqlen_q, seqlen_k, device=DEVICE)
+    backend, why = flex_forward_backend(q, k, v, block_mask)
+    assert (backend == "gluon-sm90") == _hopper(), why
+    _, empty = _check(q, k, v, mask_mod, batch, heads, 128, enable_gqa=True, grads=True)
+    assert empty.any()
+
+    def blocks(b, h, q_idx, kv_idx):  # whole blocks only: no partial block, some left out
+        return (q_idx // 128 + kv_idx // 128) % 3 != 1
+
+    _check(q, k, v, blocks, None, None, 128, enable_gqa=True)
+    out = flashattn2.flex_attention(q, k, v, enable_gqa=True)
+    ref, _ = flex_attention_ref(q, k, v)
+    pt, _ = flex_attention_ref(q, k, v, upcast=False)
+    assert_close_to_ref("out", out, ref, pt, FWD_FACTOR)

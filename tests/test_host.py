@@ -75,6 +75,22 @@ def test_launch_hands_tuple_arguments_to_the_compiled_kernel_unchanged(fast_laun
     assert kernel.calls[-1] == ("fast", (1, 1, 1, 7, "fn", "meta", None, None, None, x, x, (8, 4, 1), 100, 0.5, 32))
 
 
+def test_launch_fast_path_passes_defaults_of_arguments_left_out(fast_launch):
+    # a Gluon forward call without a block mask leaves its list arguments out (their defaults, None): the fast path
+    # hands the compiled kernel every argument, so it takes them from the signature
+    from types import SimpleNamespace
+
+    kernel = _FakeKernel()  # Triton's JITFunction.params: name, has_default, default (absent under the interpreter)
+    kernel.arg_names = ["X", "n", "Lists", "SPARSE"]
+    kernel.params = [SimpleNamespace(name=name, has_default=name in ("Lists", "SPARSE"),
+                                     default=dict(Lists=None, SPARSE=128).get(name)) for name in kernel.arg_names]
+    x = torch.zeros(64, dtype=torch.float16)
+    run = launch.Launch(kernel, (1, 1, 1), (), dict(n=5), 4, 2)
+    run(x)
+    run(x)
+    assert kernel.calls[-1] == ("fast", (1, 1, 1, 7, "fn", "meta", None, None, None, x, 5, None, 128))
+
+
 def test_hooks_are_seen():
     import triton
 
@@ -318,3 +334,50 @@ def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
     bwd = bwd_sm90.Sm90Backward(out, q, k, v, lse, opts)
     bwd(out, q, k, v, lse, lse.clone(), dq_acc, torch.empty_like(k), torch.empty_like(v), opts)
     assert len(bound) == 2 and bound[1]["Lse"] is lse
+
+
+@pytest.mark.parametrize("full_lists", [True, False])
+def test_gluon_flex_forward_binds_every_kernel_argument_on_cpu(full_lists, monkeypatch):
+    # flex_attention's Gluon forward (sm90/flex.py) runs on an H100 only; its host side (block lists, strides,
+    # descriptors, the kernel's arguments) runs anywhere
+    import inspect
+
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from flashattn2 import flex
+    from flashattn2.kernels import common
+    from flashattn2.kernels.sm90 import flex as flex_sm90
+    from flashattn2.kernels.sm90.common import TUPLE_STRIDES
+
+    monkeypatch.setattr(common, "_index", lambda device: 0)
+    monkeypatch.setattr(common, "_l2_bytes", lambda index: 50 << 20)
+    bound = []
+
+    def record(self, *tensors):
+        bound.append(inspect.signature(self.kernel.fn).bind(*tensors, *self.scalars, **self.named).arguments)
+        for name, length in TUPLE_STRIDES.items():
+            assert name not in bound[-1] or len(bound[-1][name]) == length, name
+
+    monkeypatch.setattr(launch.Launch, "__call__", record)
+    batch, nheads, nheads_k, seqlen_q, seqlen_k, head_dim = 2, 4, 2, 256, 384, 128
+    q = torch.randn(batch, nheads, seqlen_q, head_dim, dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, nheads_k, seqlen_k, head_dim, dtype=torch.bfloat16) for _ in range(2))
+    mask = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + 128, None, nheads, seqlen_q, seqlen_k,
+                             device="cpu")
+    if not full_lists:
+        mask.full_kv_num_blocks = mask.full_kv_indices = None
+    bits = flex._mask_bits(mask, seqlen_q, seqlen_k)
+    out, lse = flex_sm90.flex_forward(q, k, v, mask, 0.1, bits[:2])
+    (args,) = bound
+    assert args["Lse"] is lse and args["stride_lse"] == (nheads * seqlen_q, seqlen_q)
+    assert args["FullNum"].shape == args["KvNum"].shape == (batch, nheads, seqlen_q // 128)
+    assert args["stride_idx"] == args["KvIndices"].stride()[:3] == args["FullIndices"].stride()[:3]
+    if not full_lists:
+        assert not args["FullNum"].any()
+    # the seam: whole 128-blocks only
+    monkeypatch.setattr(flex_sm90, "sm90_declines", lambda *a, **kw: None)
+    assert flex_sm90.can_implement(q, k, v, mask) is None
+    assert "whole mask blocks" in flex_sm90.can_implement(q[:, :, :200], k, v, mask)
+    small = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, None, None, seqlen_q, seqlen_k,
+                              device="cpu", BLOCK_SIZE=64)
+    assert "BLOCK_SIZE" in flex_sm90.can_implement(q, k, v, small)

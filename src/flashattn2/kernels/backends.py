@@ -2,10 +2,11 @@
 kernels (FlashAttention-4's `can_implement` pattern).
 
 - "triton": the portable kernels (portable/forward.py, portable/backward.py), every GPU and every option.
-- "gluon-sm90": sm90/forward.py on sm_90 GPUs, for fp16/bf16, head dims 64/128/256, without dropout;
-  causal, windows, GQA/MQA, softcap, ALiBi and packed variable-length batches included; and for e4m3
-  (FP8) dense batches. For the backward, sm90/backward.py computes dK, dV and, in the same kernel, dQ (head
-  dims 64, 128 and 256, the same options); deterministic calls take dQ from the Triton dQ kernel.
+- "gluon-sm90": sm90/forward.py on sm_90 GPUs (flex_attention's forward too, through sm90/flex.py), for
+  fp16/bf16, head dims 64/128/256, without dropout; causal, windows, GQA/MQA, softcap, ALiBi and packed
+  variable-length batches included; and for e4m3 (FP8) dense batches. For the backward, sm90/backward.py
+  computes dK, dV and, in the same kernel, dQ (head dims 64, 128 and 256, the same options); deterministic calls
+  take dQ from the Triton dQ kernel.
 
 FLASHATTN2_BACKEND (read at import; set_backend() changes it) picks: "auto" (the default: Gluon
 where it can run the call and was measured faster: the forward at head dims 128/256 without softcap and at 64
@@ -148,3 +149,25 @@ def backward_plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
         plan = _bwd_plans.add(key, backward.BackwardPlan(dout, q, k, v, out, lse, opts, None,
                                                          lambda: backward_sm90(dout, q, k, v, lse, opts)))
     return plan
+
+
+def flex_forward_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask) -> tuple[str, str | None]:
+    """(backend, why not Gluon or None) for a flex_attention forward ((batch, heads, seqlen, head_dim) inputs)."""
+    off = _gluon_off()
+    if off:
+        return "triton", off
+    from .sm90 import flex as flex_sm90
+
+    reason = flex_sm90.can_implement(q, k, v, block_mask)
+    return ("triton", reason) if reason else ("gluon-sm90", None)
+
+
+def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, scale: float, bits):
+    """(out, lse) of a flex_attention forward on the backend flex_forward_backend picks."""
+    if flex_forward_backend(q, k, v, block_mask)[0] == "gluon-sm90":
+        from .sm90 import flex as flex_sm90
+
+        return flex_sm90.flex_forward(q, k, v, block_mask, scale, bits)
+    from .portable import flex as flex_portable
+
+    return flex_portable.flex_forward(q, k, v, block_mask, scale, bits)

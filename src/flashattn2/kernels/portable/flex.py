@@ -14,6 +14,7 @@ import triton.language as tl
 
 from .. import common
 from ..common import INTERPRET, cdiv, load_rows, mma, padded_head_dim, round_to, store_rows
+from ..device.block_list import partial_visible
 from ..device.softmax import finalize, online_softmax_update
 
 # mask_mod is evaluated on this many partial blocks at a time (bounds the host side's temporary memory)
@@ -28,7 +29,6 @@ def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, In
     """Fold the key blocks of one list (Num of them at Indices) into (acc, m_i, l_i); PARTIAL blocks apply their
     mask bits (Ids: each block's row in MaskBits). EVEN_N: seqlen_k is a multiple of SPARSE_KV, so no key tile
     crosses the end."""
-    WORDS: tl.constexpr = SPARSE_KV // 32
     SUBS: tl.constexpr = SPARSE_KV // BLOCK_N
     offs_n0 = tl.arange(0, BLOCK_N)
     # one flat loop over (block, key tile of the block), so that the compiler pipelines the tiles' loads
@@ -40,11 +40,8 @@ def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, In
                       BLOCK_D, not EVEN_N)
         qk = mma(q, tl.trans(k), None, INTERPRET)
         if PARTIAL:
-            bits = MaskBits + tl.load(Ids + j).to(tl.int64) * (SPARSE_Q * WORDS) + \
-                (offs_m - q_block_start)[:, None] * WORDS
-            col = sub * BLOCK_N + offs_n0  # the key's place in its mask block
-            word = tl.load(bits + (col // 32)[None, :])
-            visible = ((word >> (col % 32)[None, :]) & 1) != 0
+            visible = partial_visible(MaskBits, tl.load(Ids + j), offs_m - q_block_start, sub * BLOCK_N + offs_n0,
+                                      SPARSE_Q, SPARSE_KV)
             if not EVEN_N:
                 visible = visible & (offs_n[None, :] < seqlen_k)
             qk = tl.where(visible, qk, float("-inf"))
@@ -189,10 +186,13 @@ def _config(kernel: str, block_mask, block_d: int) -> dict:
                 num_stages=stages)
 
 
-def _block_lists(block_mask, view: str, ids: torch.Tensor, batch: int, nheads: int) -> tuple[tuple, dict]:
+def block_lists(block_mask, view: str, ids: torch.Tensor, batch: int, nheads: int,
+                shared_strides: bool = False) -> tuple[tuple, dict]:
     """A view's ("kv": key blocks per query block; "q": the transposed one) block lists as the kernels take them:
     (counts, indices, partial ids, full counts, full indices) broadcast to (batch, nheads, ...), and their strides
-    by name. Without full lists (separate_full_blocks=False) the partial ones stand in, unread."""
+    by name. Without full lists (separate_full_blocks=False) the partial ones stand in, unread by the portable
+    kernels. shared_strides (the Gluon forward): the full lists share the partial ones' strides (copied where they
+    do not), and a mask without full lists gets zero full counts."""
     num, s_num = _broadcast(getattr(block_mask, f"{view}_num_blocks"), batch, nheads)
     idx, s_idx = _broadcast(getattr(block_mask, f"{view}_indices").contiguous(), batch, nheads)
     ids, _ = _broadcast(ids, batch, nheads)
@@ -200,6 +200,12 @@ def _block_lists(block_mask, view: str, ids: torch.Tensor, batch: int, nheads: i
     if block_mask.full_kv_num_blocks is not None:
         full_num, s_full_num = _broadcast(getattr(block_mask, f"full_{view}_num_blocks"), batch, nheads)
         full_idx, s_full_idx = _broadcast(getattr(block_mask, f"full_{view}_indices").contiguous(), batch, nheads)
+    elif shared_strides:
+        full_num = torch.zeros_like(num)
+    if shared_strides and (s_full_num != s_num or s_full_idx != s_idx or ids.stride()[:3] != s_idx):
+        num, full_num, idx, ids, full_idx = (x.contiguous() for x in (num, full_num, idx, ids, full_idx))
+        s_num, s_idx = num.stride()[:3], idx.stride()[:3]
+        s_full_num, s_full_idx = s_num, s_idx
     return ((num, idx, ids, full_num, full_idx),
             dict(stride_num=s_num, stride_idx=s_idx, stride_full_num=s_full_num, stride_full_idx=s_full_idx))
 
@@ -217,7 +223,7 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
         lse.fill_(float("-inf"))
         return out, lse
     ids, words = bits
-    tensors, lists = _block_lists(block_mask, "kv", ids, batch, nheads)
+    tensors, lists = block_lists(block_mask, "kv", ids, batch, nheads)
     block_d = padded_head_dim(head_dim)
     cfg = _config("fwd", block_mask, block_d)
     grid = (cdiv(seqlen_q, cfg["BLOCK_M"]), batch, nheads)
@@ -232,16 +238,16 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
 
 
 @triton.jit
-def _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, bits_row, col, PARTIAL: tl.constexpr,
-                EVEN: tl.constexpr, INTERPRET: tl.constexpr):
+def _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id, rows, cols,
+                PARTIAL: tl.constexpr, EVEN: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr,
+                INTERPRET: tl.constexpr):
     """The probabilities P of one (queries x keys) tile from the forward's lse (log2 units; +inf for a row that
     sees no key, so that its P is 0), masked by the sequence ends (unless EVEN: no tile crosses them) and, in
-    PARTIAL blocks, the mask bits."""
+    PARTIAL blocks, the mask bits of block_id (rows, cols: the tile's places in it)."""
     qk = mma(q, tl.trans(k), None, INTERPRET)
     p = tl.math.exp2(qk * qk_scale - lse2[:, None])
     if PARTIAL:
-        word = tl.load(bits_row + (col // 32)[None, :])
-        visible = ((word >> (col % 32)[None, :]) & 1) != 0
+        visible = partial_visible(MaskBits, block_id, rows, cols, SPARSE_Q, SPARSE_KV)
         if not EVEN:
             visible = visible & (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
         p = tl.where(visible, p, 0.0)
@@ -256,23 +262,22 @@ def _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn
                     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr,
                     PARTIAL: tl.constexpr, EVEN: tl.constexpr, INTERPRET: tl.constexpr):
     """dQ (unscaled: dS K) over the key blocks of one list, as _flex_blocks walks them."""
-    WORDS: tl.constexpr = SPARSE_KV // 32
     SUBS: tl.constexpr = SPARSE_KV // BLOCK_N
     offs_n0 = tl.arange(0, BLOCK_N)
     for t in range(tl.load(Num) * SUBS):
         j = t // SUBS
         sub = t % SUBS
         offs_n = tl.load(Indices + j) * SPARSE_KV + sub * BLOCK_N + offs_n0
-        bits_row = MaskBits
+        block_id = 0
         if PARTIAL:
-            bits_row = MaskBits + tl.load(Ids + j).to(tl.int64) * (SPARSE_Q * WORDS) + \
-                (offs_m - q_block_start)[:, None] * WORDS
+            block_id = tl.load(Ids + j)
         k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
                       BLOCK_D, not EVEN)
         v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
                       BLOCK_D, not EVEN)
-        p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, bits_row, sub * BLOCK_N + offs_n0,
-                        PARTIAL, EVEN, INTERPRET)
+        p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id,
+                        offs_m - q_block_start, sub * BLOCK_N + offs_n0, PARTIAL, EVEN, SPARSE_Q, SPARSE_KV,
+                        INTERPRET)
         dp = mma(do, tl.trans(v), None, INTERPRET)
         ds = p * (dp - delta[:, None])
         dq = mma(round_to(ds, k.dtype, INTERPRET), k, dq, INTERPRET)
@@ -324,7 +329,6 @@ def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, stride_qm, stride_dom, 
                       PARTIAL: tl.constexpr, EVEN: tl.constexpr, INTERPRET: tl.constexpr):
     """dK (unscaled: dS^T Q) and dV (P^T dO) of one key tile over the query blocks of one list (the block
     mask's q_indices view); Q, dOut, Lse, Delta point at one query head's rows."""
-    WORDS: tl.constexpr = SPARSE_KV // 32
     SUBS: tl.constexpr = SPARSE_Q // BLOCK_M
     offs_m0 = tl.arange(0, BLOCK_M)
     col = offs_n - kv_block_start  # the keys' places in their mask block
@@ -332,10 +336,9 @@ def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, stride_qm, stride_dom, 
         j = t // SUBS
         sub = t % SUBS
         offs_m = tl.load(Indices + j) * SPARSE_Q + sub * BLOCK_M + offs_m0
-        bits_row = MaskBits
+        block_id = 0
         if PARTIAL:
-            bits_row = MaskBits + tl.load(Ids + j).to(tl.int64) * (SPARSE_Q * WORDS) + \
-                (sub * BLOCK_M + offs_m0)[:, None] * WORDS
+            block_id = tl.load(Ids + j)
         q = load_rows(Q + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
                       BLOCK_D, not EVEN)
         do = load_rows(dOut + offs_m[:, None] * stride_dom + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
@@ -347,8 +350,8 @@ def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, stride_qm, stride_dom, 
             lse = tl.load(Lse + offs_m, mask=offs_m < seqlen_q, other=float("-inf"))
             delta = tl.load(Delta + offs_m, mask=offs_m < seqlen_q, other=0.0)
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
-        p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, bits_row, col, PARTIAL, EVEN,
-                        INTERPRET)
+        p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id,
+                        sub * BLOCK_M + offs_m0, col, PARTIAL, EVEN, SPARSE_Q, SPARSE_KV, INTERPRET)
         dv = mma(tl.trans(round_to(p, do.dtype, INTERPRET)), do, dv, INTERPRET)
         dp = mma(do, tl.trans(v), None, INTERPRET)
         ds = p * (dp - delta[:, None])
@@ -445,12 +448,12 @@ def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                   HAS_FULL=block_mask.full_kv_num_blocks is not None, INTERPRET=INTERPRET)
     strides = dict(stride_q=q.stride()[:3], stride_k=k.stride()[:3], stride_v=v.stride()[:3],
                    stride_do=dout.stride()[:3], stride_lse=lse.stride()[:2])
-    tensors, lists = _block_lists(block_mask, "kv", ids, batch, nheads)
+    tensors, lists = block_lists(block_mask, "kv", ids, batch, nheads)
     cfg = _config("dq", block_mask, block_d)
     flex_bwd_dq_kernel[(cdiv(seqlen_q, cfg["BLOCK_M"]), batch, nheads)](
         q, k, v, dout, lse, delta, dq, *tensors, words, stride_dq=dq.stride()[:3], **strides, **lists, **shared,
         EVEN_N=seqlen_k % sparse_kv == 0, **cfg)
-    tensors, lists = _block_lists(block_mask, "q", q_ids, batch, nheads)
+    tensors, lists = block_lists(block_mask, "q", q_ids, batch, nheads)
     cfg = _config("dkdv", block_mask, block_d)
     flex_bwd_dkdv_kernel[(cdiv(seqlen_k, cfg["BLOCK_N"]), batch, nheads_k)](
         q, k, v, dout, lse, delta, dk, dv, *tensors, words, stride_dk=dk.stride()[:3], stride_dv=dv.stride()[:3],

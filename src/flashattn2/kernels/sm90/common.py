@@ -5,6 +5,7 @@ import torch
 
 from .. import common
 from ..common import runs_sm90a
+from ..device.block_list import partial_visible, visit_block
 from ..device.seqlen_info import sequence_bounds
 from ..device.tile_order import sectioned_item
 from ..tma import one_batch, tma_usable
@@ -101,6 +102,79 @@ class WorkGrid:
         return start, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k
 
 
+@aggregate
+class BlockLists:
+    """A block mask's visit lists (device/block_list.py) for the Gluon forward's block-sparse mode, as one argument
+    of its partitions: per (batch, query head, query block) the partial blocks' count (num), indices and rows in the
+    mask bits (ids), and the full blocks' count and indices; the counts' (batch, head) strides and the lists'
+    (batch, head, query block) strides, each pair shared by partial and full lists. `on` is False (every field
+    None) in calls without a block mask."""
+    num: _SCALAR
+    indices: _SCALAR
+    ids: _SCALAR
+    full_num: _SCALAR
+    full_indices: _SCALAR
+    bits: _SCALAR
+    num_sb: _SCALAR
+    num_sh: _SCALAR
+    idx_sb: _SCALAR
+    idx_sh: _SCALAR
+    idx_sq: _SCALAR
+    sparse_q: gl.constexpr
+    sparse_kv: gl.constexpr
+    on: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, num, indices, ids, full_num, full_indices, bits, num_sb, num_sh, idx_sb, idx_sh, idx_sq,
+                 sparse_q, sparse_kv):
+        self.num = _value(num)
+        self.indices = _value(indices)
+        self.ids = _value(ids)
+        self.full_num = _value(full_num)
+        self.full_indices = _value(full_indices)
+        self.bits = _value(bits)
+        self.num_sb = _value(num_sb)
+        self.num_sh = _value(num_sh)
+        self.idx_sb = _value(idx_sb)
+        self.idx_sh = _value(idx_sh)
+        self.idx_sq = _value(idx_sq)
+        self.sparse_q = gl.constexpr(sparse_q)
+        self.sparse_kv = gl.constexpr(sparse_kv)
+        self.on = gl.constexpr(not (isinstance(self.num, gl.constexpr) and self.num.value is None))
+
+    @gluon.jit
+    def visit(self, off_b, off_h, start_m, BLOCK_N: gl.constexpr):
+        """A work item's visit: ((its lists' offset, its partial blocks, its mask block's first row), the key
+        tiles it visits, partial ones first)."""
+        SUBS: gl.constexpr = self.sparse_kv // BLOCK_N
+        q_block = start_m // self.sparse_q
+        row = off_b.to(gl.int64) * self.num_sb + off_h.to(gl.int64) * self.num_sh + q_block
+        lists = off_b.to(gl.int64) * self.idx_sb + off_h.to(gl.int64) * self.idx_sh + q_block * self.idx_sq
+        n_partial = gl.load(self.num + row)
+        tiles = (n_partial + gl.load(self.full_num + row)) * SUBS
+        return (lists, n_partial * SUBS, q_block * self.sparse_q), tiles
+
+    @gluon.jit
+    def key_start(self, visit, tile, BLOCK_N: gl.constexpr):
+        """The first key of visit tile `tile`."""
+        SUBS: gl.constexpr = self.sparse_kv // BLOCK_N
+        lists, partial_tiles, _ = visit
+        block = visit_block(self.indices + lists, self.full_indices + lists, tile // SUBS, partial_tiles // SUBS)
+        return block * self.sparse_kv + (tile % SUBS) * BLOCK_N
+
+    @gluon.jit
+    def mask(self, s, visit, tile, offs_m, BLOCK_N: gl.constexpr):
+        """Scores s of visit tile `tile` (rows offs_m), -inf where a partial block's bits hide the key."""
+        SUBS: gl.constexpr = self.sparse_kv // BLOCK_N
+        lists, partial_tiles, block_row = visit
+        if tile < partial_tiles:
+            cols = (tile % SUBS) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+            visible = partial_visible(self.bits, gl.load(self.ids + lists + tile // SUBS), offs_m - block_row, cols,
+                                      self.sparse_q, self.sparse_kv)
+            s = gl.where(visible, s, float("-inf"))
+        return s
+
+
 @gluon.constexpr_function
 def wgmma_layout(n, bits=16):
     # wgmma's accumulator for a 64 x n tile of one warpgroup (K per instruction: 256 bits of inputs)
@@ -142,7 +216,7 @@ def descriptor(x: torch.Tensor, block: list[int], layout) -> TensorDescriptor:
 
 # the Gluon kernels' tuple arguments: (row, head) strides of O, (batch, head) of the row statistics, (batch, row,
 # head) of the packed dK / dV
-TUPLE_STRIDES = {"stride_o": 2, "stride_lse": 2, "stride_dk": 3, "stride_dv": 3}
+TUPLE_STRIDES = {"stride_o": 2, "stride_lse": 2, "stride_dk": 3, "stride_dv": 3, "stride_num": 2, "stride_idx": 3}
 
 
 def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[str, int], types: dict[str, str],

@@ -39,7 +39,7 @@ from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
 from ..portable.v_layout import RELABEL_KEYS, v_keys_last
-from .common import WG_M, WorkGrid, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
+from .common import WG_M, BlockLists, WorkGrid, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
 from .gluon_api import (
     TensorDescriptor,
     aggregate,
@@ -256,20 +256,31 @@ class FwdSmem:
 
 
 @gluon.jit
-def _tile(tile, grid: WorkGrid, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HAS_LEFT: gl.constexpr,
-          HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr):
+def _tile(tile, grid: WorkGrid, lists: BlockLists, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+          HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr):
     """Where work item `tile` lies: (batch, head, first query row, the sequence's bounds, key ranges).
     Items run query tile by query tile over sections of grid.section (batch, head) pairs whose K and V fit in L2
     (device/tile_order.py), so programs running together share them; REVERSE_M (causal) takes the longest
-    rows first, so short ones fill the last wave."""
+    rows first, so short ones fill the last wave. With a block mask (lists.on) the key "ranges" count visit tiles
+    (BLOCK_N apart): the partial blocks' tiles, masked, then the full ones; `visit` says where its lists are."""
     start_m, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k = grid.item(tile, BLOCK_M, REVERSE_M, IS_VARLEN)
-    n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, grid.window_left,
-                                                           grid.window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    return off_b, off_h, start_m, q_start, seqlen_q, k_start, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi
+    if lists.on:
+        visit, tiles = lists.visit(off_b, off_h, start_m, BLOCK_N)
+        n_lo = 0
+        n_full_lo = visit[1] * BLOCK_N
+        n_full_hi = tiles * BLOCK_N
+        n_hi = n_full_hi
+    else:
+        n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, grid.window_left,
+                                                               grid.window_right, BLOCK_M, BLOCK_N, HAS_LEFT,
+                                                               HAS_RIGHT)
+        visit = (0, 0, 0)
+    return off_b, off_h, start_m, q_start, seqlen_q, k_start, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi, visit
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockLists, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr,
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr,
               IS_FP8: gl.constexpr):
     Q_STAGES: gl.constexpr = sm.q_bar.shape[0]
@@ -278,8 +289,8 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, BLOCK_N: gl.c
     done = 0  # work items finished, for the Q barriers' phases
     first, last, step = grid.steps()
     for tile in range(first, last, step):
-        off_b, off_h, start_m, q_start, n_rows, k_start, _, n_lo, _, _, n_hi = _tile(
-            tile, grid, CONSUMERS * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+        off_b, off_h, start_m, q_start, n_rows, k_start, _, n_lo, _, _, n_hi, visit = _tile(
+            tile, grid, lists, CONSUMERS * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
             off_hk = off_h // grid.group
@@ -292,19 +303,22 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, BLOCK_N: gl.c
                 tma_load(q_desc, [tma_b, q_start + start_m + w * WG_M, off_h, 0], q_bar,
                          sm.q.index(qs * CONSUMERS + w))
             for start_n in range(n_lo, n_hi, BLOCK_N):
+                key_n = start_n
+                if lists.on:  # start_n counts visit tiles
+                    key_n = lists.key_start(visit, start_n // BLOCK_N, BLOCK_N)
                 stage = it % STAGES
                 # a fresh barrier counts as having completed the phase before 0: the first pass does not wait
                 phase = ((it // STAGES) & 1) ^ 1
                 mbarrier.wait(sm.kv_empty.index(stage), phase)
                 mbarrier.expect(sm.k_ready.index(stage), k_desc.block_type.nbytes)
-                tma_load(k_desc, [tma_b, k_start + start_n, off_hk, 0], sm.k_ready.index(stage), sm.k.index(stage))
+                tma_load(k_desc, [tma_b, k_start + key_n, off_hk, 0], sm.k_ready.index(stage), sm.k.index(stage))
                 mbarrier.wait(sm.kv_empty.index(STAGES + stage), phase)
                 mbarrier.expect(sm.v_ready.index(stage), v_desc.block_type.nbytes)
                 if IS_FP8:  # V stored (batch, heads, head_dim, keys): a (head_dim, BLOCK_N) tile
-                    tma_load(v_desc, [tma_b, off_hk, 0, k_start + start_n], sm.v_ready.index(stage),
+                    tma_load(v_desc, [tma_b, off_hk, 0, k_start + key_n], sm.v_ready.index(stage),
                              sm.v.index(stage))
                 else:
-                    tma_load(v_desc, [tma_b, k_start + start_n, off_hk, 0], sm.v_ready.index(stage),
+                    tma_load(v_desc, [tma_b, k_start + key_n, off_hk, 0], sm.v_ready.index(stage),
                              sm.v.index(stage))
                 it += 1
             done += 1
@@ -328,15 +342,24 @@ def _v_tile(v_smem, stage, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, IS_FP8:
 
 @gluon.jit
 def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
-           softcap_out, alibi_slope, dtype: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr,
+           softcap_out, alibi_slope, lists: BlockLists, visit, dtype: gl.constexpr, BLOCK_N: gl.constexpr,
+           BLOCK_D: gl.constexpr,
            HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
            MASKED: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
     """Raw scores of one tile -> P (dtype, in the PV matmul's A-operand layout; FP8: as computed, for its
-    shared buffer), alpha, new m_i, l_i."""
+    shared buffer), alpha, new m_i, l_i. With a block mask, start_n is the visit tile's place (BLOCK_N apart) and
+    only partial blocks' bits mask (the plan takes whole blocks only: no sequence end inside one)."""
     offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
-    s, scale, _ = score_tail(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left,
-                             window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                             HAS_ALIBI, MASKED)
+    if lists.on:
+        if MASKED:
+            s = lists.mask(s, visit, start_n // BLOCK_N, offs_m, BLOCK_N)
+        s, scale, _ = score_tail(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left,
+                                 window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT,
+                                 HAS_SOFTCAP, HAS_ALIBI, False)
+    else:
+        s, scale, _ = score_tail(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left,
+                                 window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT,
+                                 HAS_SOFTCAP, HAS_ALIBI, MASKED)
     p, alpha, m_i, l_i = online_softmax_update(s, m_i, l_i, scale, MASKED, P_SHIFT)
     if IS_FP8:
         p = p.to(dtype)
@@ -399,7 +422,8 @@ def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
 
 @gluon.jit
 def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm: FwdSmem, p_smem, offs_m, seqlen_q, seqlen_k, qk_scale,
-          window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr, BLOCK_N: gl.constexpr,
+          window_left, window_right, softcap_in2, softcap_out, alibi_slope, lists: BlockLists, visit,
+          WG: gl.constexpr, BLOCK_N: gl.constexpr,
           BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
           HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr, MASKED: gl.constexpr,
           IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
@@ -419,7 +443,8 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm: FwdSmem, p_smem, off
     s = warpgroup_mma_wait(1, deps=[s_tok])
     mbarrier.arrive(sm.kv_empty.index(stage), count=1)
     p_next, alpha, m_i, l_i = _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left,
-                                     window_right, softcap_in2, softcap_out, alibi_slope, q_tile.dtype, BLOCK_N,
+                                     window_right, softcap_in2, softcap_out, alibi_slope, lists, visit,
+                                     q_tile.dtype, BLOCK_N,
                                      BLOCK_D, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, IS_FP8, P_SHIFT)
     p_next = _keep_p(p_next, p_smem, it, IS_FP8)
     acc, p = _wait_pv(o_tok, p, IS_FP8)
@@ -430,7 +455,8 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm: FwdSmem, p_smem, off
 
 @gluon.jit
 def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi,
-            qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, WG: gl.constexpr,
+            qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, lists: BlockLists, visit,
+            WG: gl.constexpr,
             BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
             HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr,
             IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
@@ -453,7 +479,8 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(sm.kv_empty.index(stage), count=1)
         p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-                                softcap_in2, softcap_out, alibi_slope, q_tile.dtype, BLOCK_N, BLOCK_D, HAS_LEFT,
+                                softcap_in2, softcap_out, alibi_slope, lists, visit, q_tile.dtype, BLOCK_N, BLOCK_D,
+                                HAS_LEFT,
                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, IS_FP8, P_SHIFT)
         p = _keep_p(p, p_smem, it, IS_FP8)
         it += 1
@@ -465,12 +492,13 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         # diagonal, the window's right edge and the keys' end (masked)
         bounds = (first, full_lo, full_hi, n_hi)
         for r in gl.static_range(3):
-            if r != 0 or HAS_LEFT:
+            if r != 0 or HAS_LEFT or lists.on:  # a block mask's partial blocks come first
                 for start_n in range(bounds[r], bounds[r + 1], BLOCK_N):
                     acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm, p_smem, offs_m,
                                              seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
-                                             softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
-                                             HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, r != 1, IS_FP8, P_SHIFT)
+                                             softcap_out, alibi_slope, lists, visit, WG, BLOCK_N, BLOCK_D, STAGES,
+                                             HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, r != 1, IS_FP8,
+                                             P_SHIFT)
                     it += 1
                     turns += 1
         # the last PV
@@ -487,7 +515,8 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale,
-              stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid: WorkGrid, qk_scale, softcap_in2,
+              stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid: WorkGrid, lists: BlockLists,
+              qk_scale, softcap_in2,
               softcap_out, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
               REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr,
@@ -506,8 +535,8 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
     done = 0
     first, last, step = grid.steps()
     for tile in range(first, last, step):
-        off_b, off_h, start_m, q_start, n_rows, _, n_keys, n_lo, n_full_lo, n_full_hi, n_hi = _tile(
-            tile, grid, CONSUMERS * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+        off_b, off_h, start_m, q_start, n_rows, _, n_keys, n_lo, n_full_lo, n_full_hi, n_hi, visit = _tile(
+            tile, grid, lists, CONSUMERS * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
         if start_m < n_rows:
             alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
             tile_scale = qk_scale
@@ -526,13 +555,16 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
             mbarrier.wait(sm.q_bar.index(qs), (done // Q_STAGES) & 1)
             acc, m_i, l_i, it, turns = _attend(q_tile, sm, p_smem, it, turns, offs_m, n_rows, n_keys, n_lo, n_full_lo,
                                                n_full_hi, n_hi, tile_scale, grid.window_left, grid.window_right,
-                                               tile_softcap_in2, softcap_out, alibi_slope, WG, BLOCK_N, BLOCK_D, STAGES,
+                                               tile_softcap_in2, softcap_out, alibi_slope, lists, visit, WG, BLOCK_N,
+                                               BLOCK_D, STAGES,
                                                HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, IS_FP8, P_SHIFT)
             if SEPARATE_O:
                 # every S of this item retired inside _attend: the producer may load the next item's Q now
                 mbarrier.arrive(sm.q_empty.index(qs), count=1)
 
             out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), P_SHIFT)
+            if lists.on:
+                lse = gl.where(lse == float("inf"), float("-inf"), lse)  # FlexAttention's row that sees no key
             if IS_FP8:
                 out = out * v_descale
             rows = row0 + gl.arange(0, WG_M, layout=row_o)
@@ -578,6 +610,8 @@ def attention_fwd_sm90_kernel(
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr,
     PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr, CONSUMERS: gl.constexpr,
     Q_STAGES: gl.constexpr, LAZY_O_WAIT: gl.constexpr,
+    KvNum=None, KvIndices=None, PartialIds=None, FullNum=None, FullIndices=None, MaskBits=None, stride_num=None,
+    stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -586,7 +620,12 @@ def attention_fwd_sm90_kernel(
     The work items are the (64 x CONSUMERS-row query tile, batch x head) pairs; program i takes items i, i + grid,
     ... (a persistent grid when the launch is smaller than the work: the producer then loads the next
     item's tiles while the consumers finish the last one's output). stride_o: O's (row, head) strides (its
-    pointer stores), stride_lse: Lse's (batch, head)."""
+    pointer stores), stride_lse: Lse's (batch, head).
+
+    Block-sparse mode (KvNum given; flex_attention): each item visits the key blocks of a BlockMask's lists (see
+    BlockLists; stride_num: the counts' (batch, head) strides, stride_idx: the lists' (batch, head, query block)
+    ones), partial blocks masked by MaskBits; SPARSE_Q / SPARSE_KV its block sizes. Lse is -inf for rows that see
+    no key, as FlexAttention gives."""
     stride_om, stride_oh = stride_o
     stride_lse_b, stride_lse_h = stride_lse
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
@@ -594,6 +633,11 @@ def attention_fwd_sm90_kernel(
     num_m = gl.cdiv(seqlen_q, CONSUMERS * WG_M)
     grid = WorkGrid(num_m, num_m * batch * nheads, section, nheads, group, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
                     total_q, total_k, window_left, window_right, Schedule)
+    if KvNum is None:
+        lists = BlockLists(None, None, None, None, None, None, None, None, None, None, None, SPARSE_Q, SPARSE_KV)
+    else:
+        lists = BlockLists(KvNum, KvIndices, PartialIds, FullNum, FullIndices, MaskBits, stride_num[0],
+                           stride_num[1], stride_idx[0], stride_idx[1], stride_idx[2], SPARSE_Q, SPARSE_KV)
 
     q_smem = gl.allocate_shared_memory(dtype, [Q_STAGES * CONSUMERS, 1, WG_M, 1, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
@@ -632,31 +676,31 @@ def attention_fwd_sm90_kernel(
     # in a variable, or tuples joined with +, do not compile)
     if CONSUMERS == 3:  # no ping-pong, no FP8 (the plan checks): the third consumer shares the first's P buffer
         gl.warp_specialize([
-            (_producer, (q_desc, k_desc, v_desc, sm, grid, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
+            (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
                          REVERSE_M, IS_FP8)),
             (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (2, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
         ], [4, 4, 4], [CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3])
     else:
         gl.warp_specialize([
-            (_producer, (q_desc, k_desc, v_desc, sm, grid, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
+            (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
                          REVERSE_M, IS_FP8)),
             (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, qk_scale, softcap_in2,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
@@ -771,16 +815,24 @@ class Sm90ForwardPlan:
         return out, lse, None
 
 
+# the block-sparse mode's list arguments (BlockLists)
+SPARSE_LISTS = ("KvNum", "KvIndices", "PartialIds", "FullNum", "FullIndices", "MaskBits")
+
+
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
     """Compile one variant of the kernel for sm_90 without a GPU: CI catches a Gluon API change of a new
     Triton release this way. flags: the kernel's constexpr flags (HAS_LEFT, HAS_RIGHT, IS_VARLEN,
     HAS_SOFTCAP, HAS_ALIBI, REVERSE_M; False when left out), CONFIGS' tuning keys, SCHEDULED (a
-    persistent causal grid's schedule table) and THREE_CONSUMERS (CONSUMERS=3). dtype torch.float8_e4m3fn
-    compiles the FP8 variant."""
+    persistent causal grid's schedule table), THREE_CONSUMERS (CONSUMERS=3) and BLOCK_SPARSE (a block mask's
+    lists). dtype torch.float8_e4m3fn compiles the FP8 variant."""
     fp8 = dtype == torch.float8_e4m3fn
     constants = dict((CONFIGS_FP8 if fp8 else CONFIGS)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, Schedule=None)
     scheduled = flags.pop("SCHEDULED", False)
+    block_sparse = flags.pop("BLOCK_SPARSE", False)
+    constants.update(SPARSE_Q=128, SPARSE_KV=128)
+    if not block_sparse:
+        constants.update(dict.fromkeys(SPARSE_LISTS + ("stride_num", "stride_idx")))
     if flags.pop("THREE_CONSUMERS", False):
         constants.update(CONSUMERS=3, PINGPONG=False)
     if scheduled:
@@ -793,6 +845,8 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
                  AlibiSlopes="*fp32", qk_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
     if scheduled:
         types["Schedule"] = "*i32"
+    if block_sparse:
+        types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
     descriptors = dict(q_desc=64, k_desc=block_n, v_desc=[1, 1, head_dim, block_n] if fp8 else block_n)
     if fp8:
         types.update(QDescale="*fp32", KDescale="*fp32", VDescale="*fp32")
