@@ -123,11 +123,11 @@ def _hopper():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("head_dim,dtype", [(128, torch.bfloat16), (64, torch.float16), (256, torch.bfloat16)])
-def test_flex_hopper_forward(head_dim, dtype):
-    # whole 128-blocks, the Gluon forward's block-sparse mode on Hopper (the portable kernel elsewhere): packed causal
-    # documents per batch entry (a captured tensor) with a per-head exception, GQA, seqlen_q != seqlen_k, rows
-    # that see no key; then a mask with no partial block, and none at all
-    from flashattn2.kernels.backends import flex_forward_backend
+def test_flex_hopper_kernels(head_dim, dtype):
+    # whole 128-blocks, the Gluon kernels' block-sparse mode on Hopper (the portable kernels elsewhere), forward and
+    # backward: packed causal documents per batch entry (a captured tensor) with a per-head exception, GQA,
+    # seqlen_q != seqlen_k, rows that see no key; then a mask with no partial block, and none at all
+    from flashattn2.kernels.backends import flex_backward_backend, flex_forward_backend
 
     torch.manual_seed(5)
     batch, heads, heads_k, seqlen_q, seqlen_k = 2, 4, 2, 384, 640
@@ -141,15 +141,16 @@ def test_flex_hopper_forward(head_dim, dtype):
         return ((shifted >= kv_idx) & same & (q_idx >= 40)) | ((h == 1) & (kv_idx < 7))
 
     block_mask = flashattn2.create_block_mask(mask_mod, batch, heads, seqlen_q, seqlen_k, device=DEVICE)
-    backend, why = flex_forward_backend(q, k, v, block_mask)
-    assert (backend == "gluon-sm90") == _hopper(), why
+    for choose in (flex_forward_backend, flex_backward_backend):
+        backend, why = choose(q, k, v, block_mask)
+        assert (backend == "gluon-sm90") == _hopper(), why
     _, empty = _check(q, k, v, mask_mod, batch, heads, 128, enable_gqa=True, grads=True)
     assert empty.any()
 
     def blocks(b, h, q_idx, kv_idx):  # whole blocks only: no partial block, some left out
         return (q_idx // 128 + kv_idx // 128) % 3 != 1
 
-    _check(q, k, v, blocks, None, None, 128, enable_gqa=True)
+    _check(q, k, v, blocks, None, None, 128, enable_gqa=True, grads=True)
     out = flashattn2.flex_attention(q, k, v, enable_gqa=True)
     ref, _ = flex_attention_ref(q, k, v)
     pt, _ = flex_attention_ref(q, k, v, upcast=False)

@@ -368,16 +368,25 @@ def test_gluon_flex_forward_binds_every_kernel_argument_on_cpu(full_lists, monke
         mask.full_kv_num_blocks = mask.full_kv_indices = None
     bits = flex._mask_bits(mask, seqlen_q, seqlen_k)
     out, lse = flex_sm90.flex_forward(q, k, v, mask, 0.1, bits[:2])
-    (args,) = bound
+    args = bound[0]
     assert args["Lse"] is lse and args["stride_lse"] == (nheads * seqlen_q, seqlen_q)
     assert args["FullNum"].shape == args["KvNum"].shape == (batch, nheads, seqlen_q // 128)
     assert args["stride_idx"] == args["KvIndices"].stride()[:3] == args["FullIndices"].stride()[:3]
     if not full_lists:
         assert not args["FullNum"].any()
-    # the seam: whole 128-blocks only
+    # the backward over the mask's q view: dQ into an fp32 buffer the kernel's descriptor covers
+    q_ids = bits[2]
+    dq, dk, dv = flex_sm90.flex_backward(out, q, k, v, out, lse, mask, 0.1, bits[:2], q_ids)
+    args = bound[1]
+    assert args["Lse"] is lse and args["dK"] is dk and args["dV"] is dv and dq.shape == q.shape
+    assert args["QNum"].shape == args["FullNum"].shape == (batch, nheads, seqlen_k // 128)
+    assert args["stride_idx"] == args["QIndices"].stride()[:3] == args["PartialIds"].stride()[:3]
+    assert args["stride_dk"] == dk.transpose(1, 2).stride()[:3]
+    # the seams: whole blocks only
     monkeypatch.setattr(flex_sm90, "sm90_declines", lambda *a, **kw: None)
-    assert flex_sm90.can_implement(q, k, v, mask) is None
-    assert "whole mask blocks" in flex_sm90.can_implement(q[:, :, :200], k, v, mask)
-    small = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, None, None, seqlen_q, seqlen_k,
-                              device="cpu", BLOCK_SIZE=64)
-    assert "BLOCK_SIZE" in flex_sm90.can_implement(q, k, v, small)
+    for can in (flex_sm90.can_implement, flex_sm90.can_implement_backward):
+        assert can(q, k, v, mask) is None
+        assert "whole mask blocks" in can(q[:, :, :200], k, v, mask)
+        small = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx, None, None, seqlen_q, seqlen_k,
+                                  device="cpu", BLOCK_SIZE=64)
+        assert "BLOCK_SIZE" in can(q, k, v, small)

@@ -16,9 +16,9 @@ from torch.nn.attention.flex_attention import BlockMask
 from torch.nn.attention.flex_attention import create_block_mask as _torch_create_block_mask
 
 from .checks import check_gqa, check_tensors
-from .kernels.backends import flex_forward
+from .kernels.backends import flex_backward, flex_forward
 from .kernels.launch import PlanCache
-from .kernels.portable.flex import flex_backward, partial_block_bits, transposed_partial_ids
+from .kernels.portable.flex import partial_block_bits, transposed_partial_ids
 
 __all__ = ["BlockMask", "create_block_mask", "flex_attention"]
 

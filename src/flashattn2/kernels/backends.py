@@ -171,3 +171,25 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
     from .portable import flex as flex_portable
 
     return flex_portable.flex_forward(q, k, v, block_mask, scale, bits)
+
+
+def flex_backward_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask) -> tuple[str, str | None]:
+    """(backend, why not Gluon or None) for a flex_attention backward."""
+    off = _gluon_off()
+    if off:
+        return "triton", off
+    from .sm90 import flex as flex_sm90
+
+    reason = flex_sm90.can_implement_backward(q, k, v, block_mask)
+    return ("triton", reason) if reason else ("gluon-sm90", None)
+
+
+def flex_backward(dout, q, k, v, out, lse, block_mask, scale: float, bits, q_ids):
+    """(dq, dk, dv) of a flex_attention call on the backend flex_backward_backend picks."""
+    if flex_backward_backend(q, k, v, block_mask)[0] == "gluon-sm90":
+        from .sm90 import flex as flex_sm90
+
+        return flex_sm90.flex_backward(dout, q, k, v, out, lse, block_mask, scale, bits, q_ids)
+    from .portable import flex as flex_portable
+
+    return flex_portable.flex_backward(dout, q, k, v, out, lse, block_mask, scale, bits, q_ids)

@@ -21,10 +21,16 @@ def visit_block(Indices, FullIndices, j, n_partial):
 
 
 @triton.jit
-def partial_visible(MaskBits, block_id, rows, cols, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr):
+def partial_visible(MaskBits, block_id, rows, cols, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr,
+                    KEYS_BY_ROW: tl.constexpr = False):
     """Where query rows[i] may see key cols[j] of partial block block_id (rows and cols: places within the block,
-    along the tile's two axes)."""
+    along the tile's two axes); KEYS_BY_ROW: a transposed tile, keys rows[i] and queries cols[j]."""
     WORDS: tl.constexpr = SPARSE_KV // 32
-    words = MaskBits + block_id.to(tl.int64) * (SPARSE_Q * WORDS) + rows[:, None] * WORDS
-    word = tl.load(words + (cols // 32)[None, :])
-    return ((word >> (cols % 32)[None, :]) & 1) != 0
+    base = MaskBits + block_id.to(tl.int64) * (SPARSE_Q * WORDS)
+    if KEYS_BY_ROW:
+        word = tl.load(base + cols[None, :] * WORDS + (rows // 32)[:, None])
+        visible = ((word >> (rows % 32)[:, None]) & 1) != 0
+    else:
+        word = tl.load(base + rows[:, None] * WORDS + (cols // 32)[None, :])
+        visible = ((word >> (cols % 32)[None, :]) & 1) != 0
+    return visible

@@ -30,6 +30,7 @@ from ..params import AttnOptions, lse_strides, problem_dims, row_strides
 from .common import (
     _SCALAR,
     WG_M,
+    BlockLists,
     WorkGrid,
     _value,
     compile_gluon,
@@ -150,15 +151,31 @@ def _work_item(tile, grid: WorkGrid, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexp
 
 
 @gluon.jit
+def _head_ranges(lists: BlockLists, off_b, off_h, start_n, m_lo, m_full_lo, m_full_hi, m_hi, BLOCK_M: gl.constexpr):
+    """The query "ranges" of one query head of a work item: the dense ones, or with a block mask (lists.on) the
+    head's visit tiles (BLOCK_M apart: its partial query blocks' tiles, masked, then the full ones) and `visit`,
+    where its lists are."""
+    if lists.on:
+        visit, tiles = lists.visit(off_b, off_h, start_n, BLOCK_M)
+        m_lo = 0
+        m_full_lo = visit[1] * BLOCK_M
+        m_full_hi = tiles * BLOCK_M
+        m_hi = m_full_hi
+    else:
+        visit = (0, 0, 0)
+    return m_lo, m_full_lo, m_full_hi, m_hi, visit
+
+
+@gluon.jit
 def _producer(q_desc, k_desc, v_desc, do_desc, sm: BwdSmem, Lse, Delta, stride_lse_b, stride_lse_h, grid: WorkGrid,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-              HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
+              lists: BlockLists, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
     KV_TILES: gl.constexpr = BLOCK_N // WG_M
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     it = 0  # Q/dO ring slot, counted across work items
     done = 0  # work items loaded, for the K/V barriers' phases
     for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
-        off_b, off_hk, start_n, q_row0, n_rows, k_row0, n_keys, m_lo, _, _, m_hi = _work_item(
+        off_b, off_hk, start_n, q_row0, n_rows, k_row0, n_keys, item_m_lo, _, _, item_m_hi = _work_item(
             tile, grid, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
@@ -171,18 +188,25 @@ def _producer(q_desc, k_desc, v_desc, do_desc, sm: BwdSmem, Lse, Delta, stride_l
             for g in range(0, grid.group):
                 off_h = off_hk * grid.group + g
                 row_off = off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_row0
+                m_lo, _, _, m_hi, visit = _head_ranges(lists, off_b, off_h, start_n, item_m_lo, item_m_lo, item_m_hi,
+                                                       item_m_hi, BLOCK_M)
                 for start_m in range(m_lo, m_hi, BLOCK_M):
+                    row_m = start_m
+                    if lists.on:  # start_m counts visit tiles
+                        row_m = lists.tile_start(visit, start_m // BLOCK_M, BLOCK_M)
                     stage = it % STAGES
                     mbarrier.wait(sm.empty.index(stage), ((it // STAGES) & 1) ^ 1)
                     mbarrier.expect(sm.q_ready.index(stage), q_desc.block_type.nbytes)
-                    tma_load(q_desc, [tma_b, q_row0 + start_m, off_h, 0], sm.q_ready.index(stage), sm.q.index(stage))
+                    tma_load(q_desc, [tma_b, q_row0 + row_m, off_h, 0], sm.q_ready.index(stage), sm.q.index(stage))
                     mbarrier.expect(sm.do_ready.index(stage), do_desc.block_type.nbytes)
-                    tma_load(do_desc, [tma_b, q_row0 + start_m, off_h, 0], sm.do_ready.index(stage),
+                    tma_load(do_desc, [tma_b, q_row0 + row_m, off_h, 0], sm.do_ready.index(stage),
                              sm.do.index(stage))
                     # the tile's rows of lse (log2 units) and Delta, staged here so that the consumers never wait
                     # on global loads; rows past seqlen_q read lse = +inf, which makes their probabilities exactly 0
-                    offs = start_m + gl.arange(0, BLOCK_M, layout=flat)
+                    offs = row_m + gl.arange(0, BLOCK_M, layout=flat)
                     lse = gl.load(Lse + row_off + offs, mask=offs < n_rows, other=float("inf"))
+                    if lists.on:  # FlexAttention's lse of a row that sees no key is -inf: its P must be 0 too
+                        lse = gl.where(lse == float("-inf"), float("inf"), lse)
                     delta = gl.load(Delta + row_off + offs, mask=offs < n_rows, other=0.0)
                     sm.lse.index(stage).store(lse * LOG2E)
                     sm.delta.index(stage).store(delta)
@@ -238,7 +262,8 @@ def _dq_tile(it, dst16, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores
 
 @gluon.jit
 def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-          window_left, window_right, alibi_slope, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
+          window_left, window_right, alibi_slope, lists: BlockLists, visit, WG: gl.constexpr, BLOCK_M: gl.constexpr,
+          BLOCK_D: gl.constexpr,
           STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
           HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, DQ_ROWS: gl.constexpr):
     """One (Q, dO) tile into this warpgroup's dK, dV (and its columns of dQ): the contract of
@@ -257,11 +282,21 @@ def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
     mbarrier.wait(sm.do_ready.index(stage), phase)
     dpt_tok = warpgroup_mma(v_tile, do_tile.permute([1, 0]), gl.zeros([WG_M, BLOCK_M], gl.float32, s_layout),
                             use_acc=False, is_async=True)
+    tile = start_m // BLOCK_M  # a visit tile with a block mask
+    if lists.on:
+        start_m = lists.tile_start(visit, tile, BLOCK_M)
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
-    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
-                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
-                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, MASK_REL=True)
+    if lists.on:
+        if MASKED:
+            st = lists.mask(st, visit, tile, offs_n, BLOCK_M)
+        st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                           window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope,
+                                           HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, MASK_REL=True)
+    else:
+        st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                           window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope,
+                                           HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, MASK_REL=True)
     # read from shared memory here, where it is used: loaded earlier it was spilled across the mask arithmetic
     lse = sm.lse.index(stage).load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st * scale_log2 - lse[None, :])
@@ -292,7 +327,8 @@ def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
 
 @gluon.jit
 def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-               window_left, window_right, alibi_slope, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
+               window_left, window_right, alibi_slope, lists: BlockLists, visit, WG: gl.constexpr,
+               BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
                STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
                HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr):
     """_step for wide heads (SPLIT_D): both warpgroups share the program's 64 keys; each computes Pᵀ and dSᵀ
@@ -319,11 +355,21 @@ def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_
     mbarrier.wait(sm.do_ready.index(stage), phase)
     dpt_tok = warpgroup_mma(v_tile, do_tile.slice(WG * HALF_M, HALF_M, dim=0).permute([1, 0]),
                             gl.zeros([WG_M, HALF_M], gl.float32, s_layout), use_acc=False, is_async=True)
+    tile = start_m // BLOCK_M  # a visit tile with a block mask
+    if lists.on:
+        start_m = lists.tile_start(visit, tile, BLOCK_M)
     offs_m = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
-    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
-                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
-                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, MASK_REL=True)
+    if lists.on:
+        if MASKED:
+            st = lists.mask(st, visit, tile, offs_n, BLOCK_M, WG * HALF_M)
+        st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                           window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope,
+                                           HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, MASK_REL=True)
+    else:
+        st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                           window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope,
+                                           HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, MASK_REL=True)
     lse = sm.lse.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st * scale_log2 - lse[None, :])
     # P and dS are kept query-major ([queries, keys]): each warpgroup's rows are a whole-swizzle slice
@@ -359,23 +405,25 @@ def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_
 
 @gluon.jit
 def _tile(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-          window_left, window_right, alibi_slope, WG: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
+          window_left, window_right, alibi_slope, lists: BlockLists, visit, WG: gl.constexpr, BLOCK_M: gl.constexpr,
+          BLOCK_D: gl.constexpr,
           STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
           HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr,
           DQ_ROWS: gl.constexpr):
     if SPLIT_D:
         dk, dv = _step_cols(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-                            window_left, window_right, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                            HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
+                            window_left, window_right, alibi_slope, lists, visit, WG, BLOCK_M, BLOCK_D, STAGES,
+                            HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
     else:
         dk, dv = _step(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-                       window_left, window_right, alibi_slope, WG, BLOCK_M, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                       HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ, DQ_ROWS)
+                       window_left, window_right, alibi_slope, lists, visit, WG, BLOCK_M, BLOCK_D, STAGES,
+                       HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ, DQ_ROWS)
     return dk, dv
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, dq_desc, dK, dV, AlibiSlopes, stride_dkb,
+def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: BlockLists, dq_desc, dK, dV,
+              AlibiSlopes, stride_dkb,
               stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
@@ -410,11 +458,13 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, dq_desc
                 alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
                 # query tiles the diagonal (window's right edge) or a sequence end crosses (masked), tiles that
                 # see the whole key tile, then tiles cut by the window's left edge (masked)
-                bounds = (m_lo, m_full_lo, m_full_hi, m_hi)
+                # (a block mask's partial query blocks' tiles first, masked, then its full ones: _head_ranges)
+                bounds = _head_ranges(lists, off_b, off_h, start_n, m_lo, m_full_lo, m_full_hi, m_hi, BLOCK_M)
                 for r in gl.static_range(3):
                     for start_m in range(bounds[r], bounds[r + 1], BLOCK_M):
                         dk, dv = _tile(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, q_start, off_h, offs_n, n_rows,
-                                       n_keys, grid.window_left, grid.window_right, alibi_slope, WG, BLOCK_M, BLOCK_D,
+                                       n_keys, grid.window_left, grid.window_right, alibi_slope, lists, bounds[4], WG,
+                                       BLOCK_M, BLOCK_D,
                                        STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D,
                                        DQ_ROWS)
                         it += 1
@@ -457,6 +507,8 @@ def attention_bwd_sm90_kernel(
     BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
     IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, FUSED_DQ: gl.constexpr,
     SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr,
+    QNum=None, QIndices=None, PartialIds=None, FullNum=None, FullIndices=None, MaskBits=None, stride_num=None,
+    stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
     portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
@@ -465,7 +517,11 @@ def attention_bwd_sm90_kernel(
     batch x kv head) pairs; program i takes items i, i + grid, ... (a persistent grid when the launch is
     smaller than the work: the producer then loads the next item's K and V while the consumers write the
     last one's dK and dV). Descriptors as in forward.py. stride_dk, stride_dv: (batch, row, head) strides;
-    stride_lse: Lse's and Delta's (batch, head)."""
+    stride_lse: Lse's and Delta's (batch, head).
+
+    Block-sparse mode (QNum given; flex_attention): each key tile visits the query blocks of a BlockMask's q view
+    for each query head (BlockLists with BY_KEY), partial blocks masked by MaskBits; arguments as the forward's.
+    Lse is FlexAttention's (-inf for rows that see no key)."""
     stride_dkb, stride_dkn, stride_dkh = stride_dk
     stride_dvb, stride_dvn, stride_dvh = stride_dv
     stride_lse_b, stride_lse_h = stride_lse
@@ -474,6 +530,12 @@ def attention_bwd_sm90_kernel(
     dtype: gl.constexpr = q_desc.dtype
     grid = WorkGrid(gl.cdiv(seqlen_k, BLOCK_N), num_tiles, section, nheads_k, nheads // nheads_k, CuSeqlensQ,
                     CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left, window_right)
+    if QNum is None:
+        lists = BlockLists(None, None, None, None, None, None, None, None, None, None, None, SPARSE_Q, SPARSE_KV,
+                           True)
+    else:
+        lists = BlockLists(QNum, QIndices, PartialIds, FullNum, FullIndices, MaskBits, stride_num[0], stride_num[1],
+                           stride_idx[0], stride_idx[1], stride_idx[2], SPARSE_Q, SPARSE_KV, True)
 
     k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, BLOCK_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, BLOCK_D], v_desc.layout)
@@ -524,14 +586,14 @@ def attention_bwd_sm90_kernel(
                  q_ready, do_ready, empty, p_ready, ds_ready)
     sc = Scores(qk_scale, softmax_scale, softcap_in2, softcap_out)
     gl.warp_specialize([
-        (_producer, (q_desc, k_desc, v_desc, do_desc, sm, Lse, Delta, stride_lse_b, stride_lse_h, grid, BLOCK_M,
+        (_producer, (q_desc, k_desc, v_desc, do_desc, sm, Lse, Delta, stride_lse_b, stride_lse_h, grid, lists, BLOCK_M,
                      BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN)),
-        (_consumer, (0, sm, sc, grid, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb,
-                     stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                     IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
-        (_consumer, (1, sm, sc, grid, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh, stride_dvb,
-                     stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT,
-                     IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
+        (_consumer, (0, sm, sc, grid, lists, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh,
+                     stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
+                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
+        (_consumer, (1, sm, sc, grid, lists, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh,
+                     stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
+                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(kv_bar)
@@ -635,16 +697,26 @@ class Sm90Backward:
                     alibi)
 
 
+# the block-sparse mode's list arguments (BlockLists over the mask's q view)
+SPARSE_LISTS = ("QNum", "QIndices", "PartialIds", "FullNum", "FullIndices", "MaskBits")
+
+
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
-    """forward.compile_for_sm90 for this kernel; FUSED_DQ=False compiles the deterministic dK/dV-only one."""
+    """forward.compile_for_sm90 for this kernel; FUSED_DQ=False compiles the deterministic dK/dV-only one,
+    BLOCK_SPARSE=True the block-sparse mode."""
     fused = flags.get("FUSED_DQ", True)
     constants = dict((CONFIGS if fused else CONFIGS_DKDV)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
-                     IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False)
+                     IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, SPARSE_Q=128, SPARSE_KV=128)
+    block_sparse = flags.pop("BLOCK_SPARSE", False)
+    if not block_sparse:
+        constants.update(dict.fromkeys(SPARSE_LISTS + ("stride_num", "stride_idx")))
     constants.update(flags)
     del constants["PERSISTENT"], constants["L2_SECTIONS"]  # launch-grid choices, not kernel flags
     block_m = constants["BLOCK_M"]
     types = dict(Lse="*fp32", Delta="*fp32", dK="*DTYPE", dV="*DTYPE", CuSeqlensQ="*i32", CuSeqlensK="*i32",
                  AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
+    if block_sparse:
+        types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
     descriptors = dict(q_desc=block_m, k_desc=64, v_desc=64, do_desc=block_m)
     if fused:
         block = dq_block(constants, head_dim)

@@ -104,11 +104,12 @@ class WorkGrid:
 
 @aggregate
 class BlockLists:
-    """A block mask's visit lists (device/block_list.py) for the Gluon forward's block-sparse mode, as one argument
-    of its partitions: per (batch, query head, query block) the partial blocks' count (num), indices and rows in the
-    mask bits (ids), and the full blocks' count and indices; the counts' (batch, head) strides and the lists'
-    (batch, head, query block) strides, each pair shared by partial and full lists. `on` is False (every field
-    None) in calls without a block mask."""
+    """A block mask's visit lists (device/block_list.py) for the Gluon kernels' block-sparse mode, as one argument
+    of their partitions. The forward's work items are query blocks visiting key blocks (the mask's kv view); the
+    backward's (BY_KEY) key blocks visiting query blocks (its q view). Per (batch, query head, item block): the
+    partial blocks' count (num), indices and rows in the mask bits (ids), and the full blocks' count and
+    indices; the counts' (batch, head) strides and the lists' (batch, head, item block) strides, each pair shared
+    by partial and full lists. `on` is False (every field None) in calls without a block mask."""
     num: _SCALAR
     indices: _SCALAR
     ids: _SCALAR
@@ -122,11 +123,14 @@ class BlockLists:
     idx_sq: _SCALAR
     sparse_q: gl.constexpr
     sparse_kv: gl.constexpr
+    by_key: gl.constexpr
+    item_block: gl.constexpr
+    visit_block: gl.constexpr
     on: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, num, indices, ids, full_num, full_indices, bits, num_sb, num_sh, idx_sb, idx_sh, idx_sq,
-                 sparse_q, sparse_kv):
+                 sparse_q, sparse_kv, by_key=False):
         self.num = _value(num)
         self.indices = _value(indices)
         self.ids = _value(ids)
@@ -140,37 +144,41 @@ class BlockLists:
         self.idx_sq = _value(idx_sq)
         self.sparse_q = gl.constexpr(sparse_q)
         self.sparse_kv = gl.constexpr(sparse_kv)
+        self.by_key = gl.constexpr(by_key)
+        self.item_block = gl.constexpr(sparse_kv if by_key else sparse_q)
+        self.visit_block = gl.constexpr(sparse_q if by_key else sparse_kv)
         self.on = gl.constexpr(not (isinstance(self.num, gl.constexpr) and self.num.value is None))
 
     @gluon.jit
-    def visit(self, off_b, off_h, start_m, BLOCK_N: gl.constexpr):
-        """A work item's visit: ((its lists' offset, its partial blocks, its mask block's first row), the key
-        tiles it visits, partial ones first)."""
-        SUBS: gl.constexpr = self.sparse_kv // BLOCK_N
-        q_block = start_m // self.sparse_q
-        row = off_b.to(gl.int64) * self.num_sb + off_h.to(gl.int64) * self.num_sh + q_block
-        lists = off_b.to(gl.int64) * self.idx_sb + off_h.to(gl.int64) * self.idx_sh + q_block * self.idx_sq
+    def visit(self, off_b, off_h, start, STEP: gl.constexpr):
+        """A work item's visit (its rows from `start`, query head off_h): ((its lists' offset, its partial
+        blocks' tiles, its mask block's first row), the tiles of STEP rows it visits, partial ones first)."""
+        SUBS: gl.constexpr = self.visit_block // STEP
+        block = start // self.item_block
+        row = off_b.to(gl.int64) * self.num_sb + off_h.to(gl.int64) * self.num_sh + block
+        lists = off_b.to(gl.int64) * self.idx_sb + off_h.to(gl.int64) * self.idx_sh + block * self.idx_sq
         n_partial = gl.load(self.num + row)
         tiles = (n_partial + gl.load(self.full_num + row)) * SUBS
-        return (lists, n_partial * SUBS, q_block * self.sparse_q), tiles
+        return (lists, n_partial * SUBS, block * self.item_block), tiles
 
     @gluon.jit
-    def key_start(self, visit, tile, BLOCK_N: gl.constexpr):
-        """The first key of visit tile `tile`."""
-        SUBS: gl.constexpr = self.sparse_kv // BLOCK_N
+    def tile_start(self, visit, tile, STEP: gl.constexpr):
+        """The first row (key in the forward, query in the backward) of visit tile `tile`."""
+        SUBS: gl.constexpr = self.visit_block // STEP
         lists, partial_tiles, _ = visit
         block = visit_block(self.indices + lists, self.full_indices + lists, tile // SUBS, partial_tiles // SUBS)
-        return block * self.sparse_kv + (tile % SUBS) * BLOCK_N
+        return block * self.visit_block + (tile % SUBS) * STEP
 
     @gluon.jit
-    def mask(self, s, visit, tile, offs_m, BLOCK_N: gl.constexpr):
-        """Scores s of visit tile `tile` (rows offs_m), -inf where a partial block's bits hide the key."""
-        SUBS: gl.constexpr = self.sparse_kv // BLOCK_N
+    def mask(self, s, visit, tile, offs_item, STEP: gl.constexpr, COL0: gl.constexpr = 0):
+        """Scores s of visit tile `tile` (rows: the item's offs_item; columns: the tile's from COL0), -inf where a
+        partial block's bits hide the pair."""
+        SUBS: gl.constexpr = self.visit_block // STEP
         lists, partial_tiles, block_row = visit
         if tile < partial_tiles:
-            cols = (tile % SUBS) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
-            visible = partial_visible(self.bits, gl.load(self.ids + lists + tile // SUBS), offs_m - block_row, cols,
-                                      self.sparse_q, self.sparse_kv)
+            cols = (tile % SUBS) * STEP + COL0 + gl.arange(0, s.shape[1], layout=gl.SliceLayout(0, s.type.layout))
+            visible = partial_visible(self.bits, gl.load(self.ids + lists + tile // SUBS), offs_item - block_row,
+                                      cols, self.sparse_q, self.sparse_kv, self.by_key)
             s = gl.where(visible, s, float("-inf"))
         return s
 

@@ -1,7 +1,9 @@
-"""flex_attention's forward on the Hopper Gluon forward (sm90/forward.py) in its block-sparse mode: each work item
-(128 query rows of one head) visits its BlockMask's partial blocks, masked by the mask bits, then its full ones,
-with the dense kernel's pipeline (TMA ring, two consumer warpgroups, ping-pong). Items run one program each, the
-last query blocks first (they see the most keys under causal-like masks).
+"""flex_attention on the Hopper Gluon kernels in their block-sparse mode. The forward (sm90/forward.py): each work
+item (128 query rows of one head) visits its BlockMask's partial blocks, masked by the mask bits, then its full
+ones, with the dense kernel's pipeline (TMA ring, two consumer warpgroups, ping-pong); items run one program each,
+the last query blocks first (they see the most keys under causal-like masks). The backward (sm90/backward.py):
+each key tile of a kv head visits, for each of its query heads, the query blocks of the mask's q view, with dQ
+added into an fp32 buffer in the same kernel.
 
 Flex's (batch, heads, seqlen, head_dim) tensors are read through (batch, seqlen, heads, head_dim) views, so the
 dense kernel's descriptors and stores apply unchanged.
@@ -13,6 +15,9 @@ from .. import common
 from ..common import cdiv, l2_section
 from ..launch import Launch
 from ..portable.flex import block_lists
+from .backward import CONFIGS as BWD_CONFIGS
+from .backward import MAXNREG as BWD_MAXNREG
+from .backward import attention_bwd_sm90_kernel, dq_block
 from .common import WG_M, descriptor, sm90_declines
 from .forward import CONFIGS, MAXNREG, attention_fwd_sm90_kernel
 from .gluon_api import shared_layout
@@ -79,3 +84,63 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
     attend(descriptor(qt, q_block, q_layout), descriptor(kt, kv_block, kv_layout), descriptor(vt, kv_block, kv_layout),
            descriptor(ot, q_block, q_layout), out, lse, None, None, None, None, None, None, None)
     return out, lse
+
+
+def can_implement_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask) -> str | None:
+    """None when the Gluon backward (sm90/backward.py, block-sparse mode) runs this call's gradients."""
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    reason = sm90_declines(qt, BWD_CONFIGS, "backward", False, kt, vt)
+    if reason:
+        return reason
+    sparse_q, sparse_kv = block_mask.BLOCK_SIZE
+    tuning = BWD_CONFIGS[q.shape[-1]]
+    keys = int(WG_M) if tuning["SPLIT_D"] else 2 * int(WG_M)
+    if sparse_q % tuning["BLOCK_M"] or sparse_kv % keys:
+        return (f"block_mask.BLOCK_SIZE {block_mask.BLOCK_SIZE}: the Gluon backward takes query blocks of a multiple "
+                f"of {tuning['BLOCK_M']} rows and key blocks of a multiple of {keys}")
+    if q.shape[2] % sparse_q or k.shape[2] % sparse_kv:
+        return "lengths that are not whole mask blocks"
+    return None
+
+
+def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                  lse: torch.Tensor, block_mask, scale: float, bits: tuple[torch.Tensor, torch.Tensor],
+                  q_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """portable.flex.flex_backward's contract on the Gluon backward (dQ summed by bulk reduce-adds into an fp32
+    buffer, so not bitwise repeatable), for calls can_implement_backward took."""
+    batch, nheads, seqlen_q, head_dim = q.shape
+    nheads_k, seqlen_k = k.shape[1], k.shape[2]
+    dk = common.empty(k.shape, k.dtype, k.device)
+    dv = common.empty(v.shape, v.dtype, v.device)
+    if q.numel() == 0 or k.numel() == 0:
+        return torch.zeros_like(q), dk.zero_(), dv.zero_()
+    dout = dout if dout.stride(-1) == 1 and dout.data_ptr() % 16 == 0 else dout.contiguous()
+    delta = (dout.float() * out.float()).sum(-1)  # (batch, heads, seqlen_q), like lse
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    tuning = dict(BWD_CONFIGS[head_dim])
+    del tuning["PERSISTENT"], tuning["L2_SECTIONS"]  # one program per item, in plain order
+    keys = int(WG_M) if tuning["SPLIT_D"] else 2 * int(WG_M)
+    q_block, kv_block = [1, tuning["BLOCK_M"], 1, head_dim], [1, int(WG_M), 1, head_dim]
+    dq_blk = dq_block(tuning, head_dim)
+    q_layout, kv_layout = shared_layout(q_block, q.dtype), shared_layout(kv_block, q.dtype)
+    ids, words = bits
+    tensors, strides = block_lists(block_mask, "q", q_ids, batch, nheads, shared_strides=True)
+    assert strides["stride_num"][2] == 1, "the kernel steps the counts by key block with stride 1"
+    qt, kt, vt, dot, dkt, dvt, dqt = (x.transpose(1, 2) for x in (q, k, v, dout, dk, dv, dq_acc))
+    sparse_q, sparse_kv = block_mask.BLOCK_SIZE
+    num_tiles = cdiv(seqlen_k, keys) * batch * nheads_k
+    named = dict(
+        stride_dk=dkt.stride()[:3], stride_dv=dvt.stride()[:3], stride_lse=(lse.stride(0), lse.stride(1)),
+        stride_alibi_b=0, nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=0,
+        total_k=0, qk_scale=scale * 1.4426950408889634, softmax_scale=scale, window_left=0, window_right=0,
+        softcap_in2=0.0, softcap_out=0.0, num_tiles=num_tiles, section=1, HAS_LEFT=False, HAS_RIGHT=False,
+        IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, **tuning,
+        QNum=tensors[0], QIndices=tensors[1], PartialIds=tensors[2], FullNum=tensors[3], FullIndices=tensors[4],
+        MaskBits=words if words.numel() else tensors[0], stride_num=strides["stride_num"][:2],
+        stride_idx=strides["stride_idx"], SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv)
+    attend = Launch(attention_bwd_sm90_kernel, (num_tiles, 1, 1), (), named, num_warps=4, num_stages=1,
+                    options=dict(maxnreg=BWD_MAXNREG))
+    attend(descriptor(qt, q_block, q_layout), descriptor(kt, kv_block, kv_layout),
+           descriptor(vt, kv_block, kv_layout), descriptor(dot, q_block, q_layout),
+           descriptor(dqt, dq_blk, shared_layout(dq_blk, torch.float32)), lse, delta, dk, dv, None, None, None)
+    return dq_acc.to(q.dtype), dk, dv

@@ -305,7 +305,7 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
             for start_n in range(n_lo, n_hi, BLOCK_N):
                 key_n = start_n
                 if lists.on:  # start_n counts visit tiles
-                    key_n = lists.key_start(visit, start_n // BLOCK_N, BLOCK_N)
+                    key_n = lists.tile_start(visit, start_n // BLOCK_N, BLOCK_N)
                 stage = it % STAGES
                 # a fresh barrier counts as having completed the phase before 0: the first pass does not wait
                 phase = ((it // STAGES) & 1) ^ 1
