@@ -16,6 +16,7 @@ from .. import common
 from ..common import INTERPRET, cdiv, load_rows, mma, padded_head_dim, round_to, store_rows
 from ..device.block_list import partial_visible
 from ..device.softmax import finalize, online_softmax_update
+from .backward import bwd_preprocess_kernel
 
 # mask_mod is evaluated on this many partial blocks at a time (bounds the host side's temporary memory)
 EVAL_CHUNK = 256
@@ -413,6 +414,23 @@ def flex_bwd_dkdv_kernel(
                BLOCK_D)
 
 
+def row_deltas(out: torch.Tensor, dout: torch.Tensor, dq_acc: torch.Tensor | None = None) -> torch.Tensor:
+    """Delta = rowsum(dO * O) of (batch, heads, seqlen, head_dim) tensors, (batch, heads, seqlen) float32, by the
+    dense backward's preprocess kernel (one pass, no fp32 copies); with dq_acc (fp32, like out) it also zeroes
+    that."""
+    batch, nheads, seqlen_q, head_dim = out.shape
+    delta = common.empty((batch, nheads, seqlen_q), torch.float32, out.device)
+    ot, dot = out.transpose(1, 2), dout.transpose(1, 2)
+    dqt = ot if dq_acc is None else dq_acc.transpose(1, 2)
+    block = 32 if INTERPRET else 64
+    bwd_preprocess_kernel[(cdiv(seqlen_q, block), batch * nheads, 1)](
+        ot, dot, delta, delta if dq_acc is None else dq_acc, None, stride_o=ot.stride()[:3], stride_do=dot.stride()[:3],
+        stride_lse=delta.stride()[:2], stride_dq=dqt.stride()[:3], nheads=nheads, seqlen_q=seqlen_q, total_q=0,
+        HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_M=block, IS_VARLEN=False,
+        ZERO_DQ=dq_acc is not None, num_warps=4, num_stages=3)
+    return delta
+
+
 def transposed_partial_ids(block_mask, ids: torch.Tensor) -> torch.Tensor:
     """ids for the block mask's q_indices view: the MaskBits row of partial block (query block q_indices[..., j],
     key block kb), from the kv view's ids."""
@@ -438,7 +456,7 @@ def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     if q.numel() == 0 or k.numel() == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     dout = dout if dout.stride(-1) == 1 else dout.contiguous()
-    delta = (dout.float() * out.float()).sum(-1)  # (batch, heads, seqlen_q), like lse
+    delta = row_deltas(out, dout)  # (batch, heads, seqlen_q), like lse
     ids, words = bits
     sparse_q, sparse_kv = block_mask.BLOCK_SIZE
     words = words if words.numel() else block_mask.kv_num_blocks

@@ -14,7 +14,7 @@ import torch
 from .. import common
 from ..common import cdiv, l2_section
 from ..launch import Launch
-from ..portable.flex import block_lists
+from ..portable.flex import block_lists, row_deltas
 from .backward import CONFIGS as BWD_CONFIGS
 from .backward import MAXNREG as BWD_MAXNREG
 from .backward import attention_bwd_sm90_kernel, dq_block
@@ -115,8 +115,8 @@ def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     if q.numel() == 0 or k.numel() == 0:
         return torch.zeros_like(q), dk.zero_(), dv.zero_()
     dout = dout if dout.stride(-1) == 1 and dout.data_ptr() % 16 == 0 else dout.contiguous()
-    delta = (dout.float() * out.float()).sum(-1)  # (batch, heads, seqlen_q), like lse
-    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    delta = row_deltas(out, dout, dq_acc)  # (batch, heads, seqlen_q) like lse; dq_acc zeroed
     tuning = dict(BWD_CONFIGS[head_dim])
     del tuning["PERSISTENT"], tuning["L2_SECTIONS"]  # one program per item, in plain order
     keys = int(WG_M) if tuning["SPLIT_D"] else 2 * int(WG_M)
