@@ -35,7 +35,9 @@ from .common import (
     _value,
     compile_gluon,
     descriptor,
+    free_phase,
     p_layout,
+    ready_phase,
     sm90_declines,
     wgmma_layout,
 )
@@ -180,7 +182,7 @@ def _producer(q_desc, k_desc, v_desc, do_desc, sm: BwdSmem, Lse, Delta, stride_l
         if start_n < n_keys:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
             # the consumers free K and V after their last matmul of the previous work item
-            mbarrier.wait(sm.kv_empty, (done & 1) ^ 1)
+            mbarrier.wait(sm.kv_empty, free_phase(done, 1))
             mbarrier.expect(sm.kv_bar, KV_TILES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
             for t in gl.static_range(KV_TILES):
                 tma_load(k_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, 0], sm.kv_bar, sm.k.index(t))
@@ -195,7 +197,7 @@ def _producer(q_desc, k_desc, v_desc, do_desc, sm: BwdSmem, Lse, Delta, stride_l
                     if lists.on:  # start_m counts visit tiles
                         row_m = lists.tile_start(visit, start_m // BLOCK_M, BLOCK_M)
                     stage = it % STAGES
-                    mbarrier.wait(sm.empty.index(stage), ((it // STAGES) & 1) ^ 1)
+                    mbarrier.wait(sm.empty.index(stage), free_phase(it, STAGES))
                     mbarrier.expect(sm.q_ready.index(stage), q_desc.block_type.nbytes)
                     tma_load(q_desc, [tma_b, q_row0 + row_m, off_h, 0], sm.q_ready.index(stage), sm.q.index(stage))
                     mbarrier.expect(sm.do_ready.index(stage), do_desc.block_type.nbytes)
@@ -241,7 +243,7 @@ def _dq_tile(it, dst16, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores
     sm.ds.index(2 * buf + WG).store(dst16)
     fence_async_shared()
     mbarrier.arrive(sm.ds_ready.index(buf), count=1)
-    mbarrier.wait(sm.ds_ready.index(buf), (it // 2) & 1)
+    mbarrier.wait(sm.ds_ready.index(buf), ready_phase(it, 2))
     DQ_M: gl.constexpr = BLOCK_M // 2 if DQ_ROWS else BLOCK_M
     DQ_N: gl.constexpr = BLOCK_D if DQ_ROWS else BLOCK_D // 2
     dq = gl.zeros([DQ_M, DQ_N], gl.float32, wgmma_layout(DQ_N))
@@ -271,7 +273,7 @@ def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
     s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
     dyn = it >> 30  # as in _step_cols: no hoisted (spilled) wgmma descriptors
     stage = it % STAGES + dyn
-    phase = (it // STAGES) & 1
+    phase = ready_phase(it, STAGES)
     k_tile = sm.k.index(WG + dyn).reshape([WG_M, BLOCK_D])
     v_tile = sm.v.index(WG + dyn).reshape([WG_M, BLOCK_D])
     q_tile = sm.q.index(stage).reshape([BLOCK_M, BLOCK_D])
@@ -342,9 +344,9 @@ def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_
     # loop-invariant tiles (16 per 256-deep matmul) are hoisted out of the loop and spilled
     dyn = it >> 30
     stage = it % STAGES + dyn
-    phase = (it // STAGES) & 1
+    phase = ready_phase(it, STAGES)
     buf = it % 2 + dyn
-    buf_phase = (it // 2) & 1
+    buf_phase = ready_phase(it, 2)
     k_tile = sm.k.index(dyn).reshape([WG_M, BLOCK_D])
     v_tile = sm.v.index(dyn).reshape([WG_M, BLOCK_D])
     q_tile = sm.q.index(stage).reshape([BLOCK_M, BLOCK_D])
@@ -452,7 +454,7 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
             offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
             dk = gl.zeros([WG_M, COLS], gl.float32, o_layout)
             dv = gl.zeros([WG_M, COLS], gl.float32, o_layout)
-            mbarrier.wait(sm.kv_bar, done & 1)
+            mbarrier.wait(sm.kv_bar, ready_phase(done, 1))
             for g in range(0, grid.group):
                 off_h = off_hk * grid.group + g
                 alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)

@@ -183,6 +183,20 @@ class BlockLists:
         return s
 
 
+@gluon.jit
+def ready_phase(count, SLOTS: gl.constexpr):
+    """The phase to wait for on the "full" barrier of use `count` of a ring of SLOTS buffers (an mbarrier's phase
+    flips each time the ring comes round)."""
+    return (count // SLOTS) & 1
+
+
+@gluon.jit
+def free_phase(count, SLOTS: gl.constexpr):
+    """The phase a producer waits for on the "empty" barrier before filling use `count`: the one before
+    ready_phase's, which a fresh barrier counts as completed, so that the first round does not wait."""
+    return ready_phase(count, SLOTS) ^ 1
+
+
 @gluon.constexpr_function
 def wgmma_layout(n, bits=16):
     # wgmma's accumulator for a 64 x n tile of one warpgroup (K per instruction: 256 bits of inputs)

@@ -39,7 +39,18 @@ from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
 from ..portable.v_layout import RELABEL_KEYS, v_keys_last
-from .common import WG_M, BlockLists, WorkGrid, compile_gluon, descriptor, p_layout, sm90_declines, wgmma_layout
+from .common import (
+    WG_M,
+    BlockLists,
+    WorkGrid,
+    compile_gluon,
+    descriptor,
+    free_phase,
+    p_layout,
+    ready_phase,
+    sm90_declines,
+    wgmma_layout,
+)
 from .gluon_api import (
     TensorDescriptor,
     aggregate,
@@ -297,7 +308,7 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
             # the consumers free a Q stage (it also stages their O unless SEPARATE_O) when their output is out
             qs = done % Q_STAGES
             q_bar = sm.q_bar.index(qs)
-            mbarrier.wait(sm.q_empty.index(qs), ((done // Q_STAGES) & 1) ^ 1)
+            mbarrier.wait(sm.q_empty.index(qs), free_phase(done, Q_STAGES))
             mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
             for w in gl.static_range(CONSUMERS):
                 tma_load(q_desc, [tma_b, q_start + start_m + w * WG_M, off_h, 0], q_bar,
@@ -307,8 +318,7 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
                 if lists.on:  # start_n counts visit tiles
                     key_n = lists.tile_start(visit, start_n // BLOCK_N, BLOCK_N)
                 stage = it % STAGES
-                # a fresh barrier counts as having completed the phase before 0: the first pass does not wait
-                phase = ((it // STAGES) & 1) ^ 1
+                phase = free_phase(it, STAGES)
                 mbarrier.wait(sm.kv_empty.index(stage), phase)
                 mbarrier.expect(sm.k_ready.index(stage), k_desc.block_type.nbytes)
                 tma_load(k_desc, [tma_b, k_start + key_n, off_hk, 0], sm.k_ready.index(stage), sm.k.index(stage))
@@ -432,8 +442,8 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm: FwdSmem, p_smem, off
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N, q_tile.dtype.primitive_bitwidth)
     stage = it % STAGES
     prev = (it - 1) % STAGES
-    mbarrier.wait(sm.k_ready.index(stage), (it // STAGES) & 1)
-    mbarrier.wait(sm.v_ready.index(prev), ((it - 1) // STAGES) & 1)
+    mbarrier.wait(sm.k_ready.index(stage), ready_phase(it, STAGES))
+    mbarrier.wait(sm.v_ready.index(prev), ready_phase(it - 1, STAGES))
     _take_turn(sm.turn, turns, WG, PINGPONG)
     k_t = sm.k.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
     s_tok = warpgroup_mma(q_tile, k_t, gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
@@ -470,7 +480,7 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
     if n_hi > n_lo:
         # the first tile alone: its S has no PV to overlap with (masked: it may be cut by anything)
         stage = it % STAGES
-        mbarrier.wait(sm.k_ready.index(stage), (it // STAGES) & 1)
+        mbarrier.wait(sm.k_ready.index(stage), ready_phase(it, STAGES))
         _take_turn(sm.turn, turns, WG, PINGPONG)
         k_t = sm.k.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
         s_tok = warpgroup_mma(q_tile, k_t, gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
@@ -503,7 +513,7 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
                     turns += 1
         # the last PV
         prev = (it - 1) % STAGES
-        mbarrier.wait(sm.v_ready.index(prev), ((it - 1) // STAGES) & 1)
+        mbarrier.wait(sm.v_ready.index(prev), ready_phase(it - 1, STAGES))
         _take_turn(sm.turn, turns, WG, PINGPONG)
         o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, BLOCK_N, BLOCK_D, STAGES, IS_FP8)
         _pass_turn(sm.turn, WG, PINGPONG)
@@ -552,7 +562,7 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
             qs = done % Q_STAGES
             q_part = qs * CONSUMERS + WG
             q_tile = sm.q.index(q_part).reshape([WG_M, BLOCK_D])
-            mbarrier.wait(sm.q_bar.index(qs), (done // Q_STAGES) & 1)
+            mbarrier.wait(sm.q_bar.index(qs), ready_phase(done, Q_STAGES))
             acc, m_i, l_i, it, turns = _attend(q_tile, sm, p_smem, it, turns, offs_m, n_rows, n_keys, n_lo, n_full_lo,
                                                n_full_hi, n_hi, tile_scale, grid.window_left, grid.window_right,
                                                tile_softcap_in2, softcap_out, alibi_slope, lists, visit, WG, BLOCK_N,
