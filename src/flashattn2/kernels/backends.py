@@ -151,45 +151,43 @@ def backward_plan(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     return plan
 
 
-def flex_forward_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask) -> tuple[str, str | None]:
-    """(backend, why not Gluon or None) for a flex_attention forward ((batch, heads, seqlen, head_dim) inputs)."""
+def _flex_backend(half: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask) -> tuple[str, str | None]:
     off = _gluon_off()
     if off:
         return "triton", off
     from .sm90 import flex as flex_sm90
 
-    reason = flex_sm90.can_implement(q, k, v, block_mask)
+    can = flex_sm90.can_implement if half == "forward" else flex_sm90.can_implement_backward
+    reason = can(q, k, v, block_mask)
     return ("triton", reason) if reason else ("gluon-sm90", None)
 
 
-def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, scale: float, bits):
-    """(out, lse) of a flex_attention forward on the backend flex_forward_backend picks."""
-    if flex_forward_backend(q, k, v, block_mask)[0] == "gluon-sm90":
-        from .sm90 import flex as flex_sm90
-
-        return flex_sm90.flex_forward(q, k, v, block_mask, scale, bits)
-    from .portable import flex as flex_portable
-
-    return flex_portable.flex_forward(q, k, v, block_mask, scale, bits)
+def flex_forward_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask) -> tuple[str, str | None]:
+    """(backend, why not Gluon or None) for a flex_attention forward ((batch, heads, seqlen, head_dim) inputs)."""
+    return _flex_backend("forward", q, k, v, block_mask)
 
 
 def flex_backward_backend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask) -> tuple[str, str | None]:
     """(backend, why not Gluon or None) for a flex_attention backward."""
-    off = _gluon_off()
-    if off:
-        return "triton", off
-    from .sm90 import flex as flex_sm90
+    return _flex_backend("backward", q, k, v, block_mask)
 
-    reason = flex_sm90.can_implement_backward(q, k, v, block_mask)
-    return ("triton", reason) if reason else ("gluon-sm90", None)
+
+def _flex_module(gluon: bool):
+    # imported on first use, as the dense Gluon modules are
+    if gluon:
+        from .sm90 import flex as module
+    else:
+        from .portable import flex as module
+    return module
+
+
+def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, scale: float, bits):
+    """(out, lse) of a flex_attention forward on the backend flex_forward_backend picks."""
+    gluon = flex_forward_backend(q, k, v, block_mask)[0] == "gluon-sm90"
+    return _flex_module(gluon).flex_forward(q, k, v, block_mask, scale, bits)
 
 
 def flex_backward(dout, q, k, v, out, lse, block_mask, scale: float, bits, q_ids):
     """(dq, dk, dv) of a flex_attention call on the backend flex_backward_backend picks."""
-    if flex_backward_backend(q, k, v, block_mask)[0] == "gluon-sm90":
-        from .sm90 import flex as flex_sm90
-
-        return flex_sm90.flex_backward(dout, q, k, v, out, lse, block_mask, scale, bits, q_ids)
-    from .portable import flex as flex_portable
-
-    return flex_portable.flex_backward(dout, q, k, v, out, lse, block_mask, scale, bits, q_ids)
+    gluon = flex_backward_backend(q, k, v, block_mask)[0] == "gluon-sm90"
+    return _flex_module(gluon).flex_backward(dout, q, k, v, out, lse, block_mask, scale, bits, q_ids)

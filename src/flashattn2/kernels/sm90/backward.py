@@ -158,11 +158,7 @@ def _head_ranges(lists: BlockLists, off_b, off_h, start_n, m_lo, m_full_lo, m_fu
     head's visit tiles (BLOCK_M apart: its partial query blocks' tiles, masked, then the full ones) and `visit`,
     where its lists are."""
     if lists.on:
-        visit, tiles = lists.visit(off_b, off_h, start_n, BLOCK_M)
-        m_lo = 0
-        m_full_lo = visit[1] * BLOCK_M
-        m_full_hi = tiles * BLOCK_M
-        m_hi = m_full_hi
+        m_lo, m_full_lo, m_full_hi, m_hi, visit = lists.ranges(off_b, off_h, start_n, BLOCK_M)
     else:
         visit = (0, 0, 0)
     return m_lo, m_full_lo, m_full_hi, m_hi, visit
@@ -289,16 +285,11 @@ def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
         start_m = lists.tile_start(visit, tile, BLOCK_M)
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
-    if lists.on:
-        if MASKED:
-            st = lists.mask(st, visit, tile, offs_n, BLOCK_M)
-        st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
-                                           window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope,
-                                           HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, MASK_REL=True)
-    else:
-        st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
-                                           window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope,
-                                           HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, MASK_REL=True)
+    if lists.on and MASKED:  # a block mask's bits; its tiles hold no window edge or sequence end
+        st = lists.mask(st, visit, tile, offs_n, BLOCK_M)
+    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
+                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
     # read from shared memory here, where it is used: loaded earlier it was spilled across the mask arithmetic
     lse = sm.lse.index(stage).load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st * scale_log2 - lse[None, :])
@@ -362,16 +353,11 @@ def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_
         start_m = lists.tile_start(visit, tile, BLOCK_M)
     offs_m = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
-    if lists.on:
-        if MASKED:
-            st = lists.mask(st, visit, tile, offs_n, BLOCK_M, WG * HALF_M)
-        st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
-                                           window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope,
-                                           HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, MASK_REL=True)
-    else:
-        st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
-                                           window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope,
-                                           HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, MASK_REL=True)
+    if lists.on and MASKED:  # a block mask's bits; its tiles hold no window edge or sequence end
+        st = lists.mask(st, visit, tile, offs_n, BLOCK_M, WG * HALF_M)
+    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
+                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
     lse = sm.lse.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st * scale_log2 - lse[None, :])
     # P and dS are kept query-major ([queries, keys]): each warpgroup's rows are a whole-swizzle slice

@@ -162,6 +162,13 @@ class BlockLists:
         return (lists, n_partial * SUBS, block * self.item_block), tiles
 
     @gluon.jit
+    def ranges(self, off_b, off_h, start, STEP: gl.constexpr):
+        """The dense kernels' (lo, full_lo, full_hi, hi) visit "ranges" of a work item, counted in visit tiles STEP
+        apart (the partial blocks' tiles, masked, then the full ones), and its visit."""
+        visit, tiles = self.visit(off_b, off_h, start, STEP)
+        return 0, visit[1] * STEP, tiles * STEP, tiles * STEP, visit
+
+    @gluon.jit
     def tile_start(self, visit, tile, STEP: gl.constexpr):
         """The first row (key in the forward, query in the backward) of visit tile `tile`."""
         SUBS: gl.constexpr = self.visit_block // STEP

@@ -276,11 +276,7 @@ def _tile(tile, grid: WorkGrid, lists: BlockLists, BLOCK_M: gl.constexpr, BLOCK_
     (BLOCK_N apart): the partial blocks' tiles, masked, then the full ones; `visit` says where its lists are."""
     start_m, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k = grid.item(tile, BLOCK_M, REVERSE_M, IS_VARLEN)
     if lists.on:
-        visit, tiles = lists.visit(off_b, off_h, start_m, BLOCK_N)
-        n_lo = 0
-        n_full_lo = visit[1] * BLOCK_N
-        n_full_hi = tiles * BLOCK_N
-        n_hi = n_full_hi
+        n_lo, n_full_lo, n_full_hi, n_hi, visit = lists.ranges(off_b, off_h, start_m, BLOCK_N)
     else:
         n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, grid.window_left,
                                                                grid.window_right, BLOCK_M, BLOCK_N, HAS_LEFT,
@@ -360,16 +356,11 @@ def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_le
     shared buffer), alpha, new m_i, l_i. With a block mask, start_n is the visit tile's place (BLOCK_N apart) and
     only partial blocks' bits mask (the plan takes whole blocks only: no sequence end inside one)."""
     offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
-    if lists.on:
-        if MASKED:
-            s = lists.mask(s, visit, start_n // BLOCK_N, offs_m, BLOCK_N)
-        s, scale, _ = score_tail(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left,
-                                 window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT,
-                                 HAS_SOFTCAP, HAS_ALIBI, False)
-    else:
-        s, scale, _ = score_tail(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left,
-                                 window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT,
-                                 HAS_SOFTCAP, HAS_ALIBI, MASKED)
+    if lists.on and MASKED:
+        s = lists.mask(s, visit, start_n // BLOCK_N, offs_m, BLOCK_N)
+    s, scale, _ = score_tail(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left,
+                             window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                             HAS_ALIBI, MASKED and not lists.on)
     p, alpha, m_i, l_i = online_softmax_update(s, m_i, l_i, scale, MASKED, P_SHIFT)
     if IS_FP8:
         p = p.to(dtype)
