@@ -155,3 +155,50 @@ def test_flex_hopper_kernels(head_dim, dtype):
     ref, _ = flex_attention_ref(q, k, v)
     pt, _ = flex_attention_ref(q, k, v, upcast=False)
     assert_close_to_ref("out", out, ref, pt, FWD_FACTOR)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["window", "block_sparse"])
+def test_flex_long_context_linear_memory(pattern):
+    # 128k tokens under a 4k causal sliding window and a 10%-dense block-sparse pattern (a captured block table),
+    # forward and backward: sampled rows of out, lse and dq against float64, and the peak memory of 64k -> 128k
+    # growing no faster than the tokens (no seqlen x seqlen buffer anywhere)
+    torch.manual_seed(6)
+    heads, head_dim, dtype = 2, 128, torch.bfloat16
+    peaks = {}
+    for seqlen in (65536, 131072):
+        n_blocks = seqlen // 128
+        table = (torch.rand(n_blocks, n_blocks, device=DEVICE) < 0.1) | torch.eye(n_blocks, dtype=torch.bool,
+                                                                                  device=DEVICE)
+
+        def mask_mod(b, h, q_idx, kv_idx, table=table):
+            if pattern == "window":
+                return (kv_idx <= q_idx) & (q_idx - kv_idx < 4096)
+            return table[q_idx // 128, kv_idx // 128]
+
+        block_mask = flashattn2.create_block_mask(mask_mod, None, None, seqlen, seqlen, device=DEVICE, _compile=True)
+        q, k, v = (randn(1, heads, seqlen, head_dim, dtype=dtype).requires_grad_() for _ in range(3))
+        flashattn2.flex_attention(q, k, v, block_mask=block_mask)  # the mask bits, made once, outside the peak
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out, lse = flashattn2.flex_attention(q, k, v, block_mask=block_mask, return_lse=True)
+        dout = randn(*out.shape, dtype=dtype)
+        out.backward(dout)
+        torch.cuda.synchronize()
+        peaks[seqlen] = torch.cuda.max_memory_allocated() - base
+        rows = torch.randint(0, seqlen, (48,), device=DEVICE)
+        mask = torch.vmap(torch.vmap(lambda qi, ki: mask_mod(0, 0, qi, ki), (None, 0)), (0, None))(
+            rows, torch.arange(seqlen, device=DEVICE))[None, None]
+        results = []
+        for upcast in (True, False):
+            q_rows = q.detach()[:, :, rows].requires_grad_()
+            o, o_lse = flex_attention_ref(q_rows, k.detach(), v.detach(), mask, upcast=upcast)
+            o.backward(dout[:, :, rows].double() if upcast else dout[:, :, rows])
+            results.append((o, o_lse, q_rows.grad))
+        (ref, ref_lse, ref_dq), (pt, _, pt_dq) = results
+        assert_close_to_ref("out", out[:, :, rows], ref, pt, FWD_FACTOR)
+        torch.testing.assert_close(lse[:, :, rows].double(), ref_lse, rtol=1e-4, atol=1e-4)
+        assert_close_to_ref("dq", q.grad[:, :, rows], ref_dq, pt_dq, BWD_FACTOR)
+        assert torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all() and k.grad.abs().sum() > 0
+    assert peaks[131072] <= 2.2 * peaks[65536], peaks

@@ -27,10 +27,13 @@ _bits = PlanCache(limit=64)
 
 
 def create_block_mask(mask_mod: Callable, B: int | None, H: int | None, Q_LEN: int, KV_LEN: int,
-                      device: str | torch.device = "cuda", BLOCK_SIZE: int | tuple[int, int] = 128) -> BlockMask:
+                      device: str | torch.device = "cuda", BLOCK_SIZE: int | tuple[int, int] = 128,
+                      _compile: bool = False) -> BlockMask:
     """torch.nn.attention.flex_attention.create_block_mask: the BlockMask of mask_mod(b, h, q_idx, kv_idx) (True
-    where query q_idx may see key kv_idx) over B batches and H heads (None: the same for all)."""
-    return _torch_create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=device, BLOCK_SIZE=BLOCK_SIZE)
+    where query q_idx may see key kv_idx) over B batches and H heads (None: the same for all). _compile: make it
+    with torch.compile, without a Q_LEN x KV_LEN mask in memory (what long sequences need)."""
+    return _torch_create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=device, BLOCK_SIZE=BLOCK_SIZE,
+                                    _compile=_compile)
 
 
 def _checked_mask(block_mask: BlockMask, batch: int, nheads: int, seqlen_q: int, seqlen_k: int) -> None:
