@@ -22,7 +22,7 @@ def markdown(result: dict) -> str:
         "causal documents (flash_attn: flash_attn_varlen_func; Flex: a document mask)." + (
             f" prefix_lm: causal with a {meta['prefix']}-key prefix every query sees; block_sparse: random 128 x 128 "
             f"blocks at {meta['density']:.0%} density plus the diagonal; alibi / softcap: causal with the score_mod "
-            f"(flashattn2's flex takes none yet: flash_attn_func's alibi_slopes / softcap={meta['softcap']}). "
+            f"(flash_attn_func: alibi_slopes / softcap={meta['softcap']}; flashattn2's flex: the portable kernels). "
             "flashattn2-flex: flashattn2.flex_attention under the auto backend (the Gluon kernels on Hopper where "
             "they take the call), -triton: the portable kernels." if "prefix" in meta else ""), "",
         "| mask | implementation | fwd TFLOP/s | bwd TFLOP/s | fwd / Flex | bwd / Flex |",

@@ -11,19 +11,19 @@ from flashattn2.reference import flex_attention_ref
 from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, assert_close_to_ref, randn
 
 
-def _check(q, k, v, mask_mod, B, H, block_size, enable_gqa=False, scale=None, grads=False):
+def _check(q, k, v, mask_mod, B, H, block_size, enable_gqa=False, scale=None, grads=False, score_mod=None):
     seqlen_q, seqlen_k = q.shape[2], k.shape[2]
     block_mask = flashattn2.create_block_mask(mask_mod, B, H, seqlen_q, seqlen_k, device=DEVICE,
                                               BLOCK_SIZE=block_size)
     q, k, v = (x.detach().requires_grad_(grads) for x in (q, k, v))
-    out, lse = flashattn2.flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa,
-                                         return_lse=True)
+    out, lse = flashattn2.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                                         enable_gqa=enable_gqa, return_lse=True)
     mask = create_mask(mask_mod, B, H, seqlen_q, seqlen_k, device=DEVICE)
     dout = randn(*out.shape, dtype=out.dtype)
     results = []
     for upcast in (True, False):
         ins = [x.detach().requires_grad_(grads) for x in (q, k, v)]
-        o, o_lse = flex_attention_ref(*ins, mask, scale, upcast=upcast)
+        o, o_lse = flex_attention_ref(*ins, mask, scale, upcast=upcast, score_mod=score_mod)
         if grads:
             o.backward(dout.double() if upcast else dout)
         results.append((o, o_lse, *(x.grad for x in ins)))
@@ -74,6 +74,33 @@ def test_flex_sliding_window_whole_blocks():
     assert block_mask.full_kv_num_blocks.sum() > 0
 
 
+@pytest.mark.parametrize("mod", ["alibi", "softcap", "bias_table"])
+def test_flex_score_mods(mod):
+    # score_mods as FlexAttention users write them, with captured tensors, under masks with partial and full
+    # blocks; forward and gradients (through the mod's derivative) against float64
+    torch.manual_seed(7)
+    batch, heads, heads_k, seqlen_q, seqlen_k = 2, 4, 2, 192, 256
+    q = randn(batch, heads, seqlen_q, 64, dtype=torch.bfloat16)
+    k, v = (randn(batch, heads_k, seqlen_k, 64, dtype=torch.bfloat16) for _ in range(2))
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], device=DEVICE)
+    table = torch.randn(heads, 64, device=DEVICE)
+
+    def alibi(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx - 64)
+
+    def softcap(score, b, h, q_idx, kv_idx):
+        return 2.0 * torch.tanh(score / 2.0)
+
+    def bias_table(score, b, h, q_idx, kv_idx):
+        return score + table[h, (kv_idx - q_idx).clamp(-32, 31) + 32]
+
+    def causal(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + 64
+
+    score_mod = dict(alibi=alibi, softcap=softcap, bias_table=bias_table)[mod]
+    _check(q, k, v, causal, None, None, 64, enable_gqa=True, grads=True, score_mod=score_mod)
+
+
 def test_flex_empty_rows_and_broadcast_mask():
     # a mask shared by batch and heads (B = H = None) that leaves some rows with no key: out 0, lse -inf
     torch.manual_seed(1)
@@ -109,8 +136,8 @@ def test_flex_errors_name_the_problem():
                                          device=DEVICE)
     with pytest.raises(ValueError, match=r"made for \(Q_LEN, KV_LEN\) = \(128, 64\)"):
         flashattn2.flex_attention(q, k, v, block_mask=other)
-    with pytest.raises(NotImplementedError, match="score_mod"):
-        flashattn2.flex_attention(q, k, v, score_mod=lambda score, b, h, q_idx, kv_idx: score)
+    with pytest.raises(NotImplementedError, match="erfinv"):
+        flashattn2.flex_attention(q, k, v, score_mod=lambda score, b, h, q_idx, kv_idx: torch.erfinv(score))
     with pytest.raises(ValueError, match="enable_gqa=True"):
         flashattn2.flex_attention(q, k[:, :1], v[:, :1], block_mask=causal)
     with pytest.raises(TypeError, match="BlockMask"):

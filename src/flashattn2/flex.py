@@ -5,8 +5,8 @@ switching is one import.
 What runs today (docs/flex.md): a `block_mask` made by `create_block_mask` from any `mask_mod` torch can run (its
 closures over captured tensors included), forward and backward, fp16/bf16, head dims up to 256, GQA with
 enable_gqa, seqlen_q != seqlen_k. Key blocks the mask leaves out are never visited, full blocks skip the mask bits,
-partial blocks read one bit per (query, key) that mask_mod gave once per block mask. `score_mod` raises
-NotImplementedError naming it.
+partial blocks read one bit per (query, key) that mask_mod gave once per block mask. A `score_mod` is compiled
+into the portable kernels (flashattn2.score_mod), its derivative too for the backward.
 """
 
 from collections.abc import Callable
@@ -19,6 +19,7 @@ from .checks import check_gqa, check_tensors
 from .kernels.backends import flex_backward, flex_forward
 from .kernels.launch import PlanCache
 from .kernels.portable.flex import partial_block_bits, transposed_partial_ids
+from .score_mod import compile_score_mod
 
 __all__ = ["BlockMask", "create_block_mask", "flex_attention"]
 
@@ -64,14 +65,29 @@ def _mask_bits(block_mask: BlockMask, seqlen_q: int, seqlen_k: int):
     return hit[1]
 
 
+_mods = PlanCache(limit=64)
+
+
+def _compiled_mod(score_mod: Callable, device: torch.device):
+    """score_mod's Triton functions, made once per function and captured tensors (a closure rebound to other
+    tensors is a new entry)."""
+    cells = tuple(id(cell.cell_contents) for cell in (score_mod.__closure__ or ()))
+    key = (id(score_mod), cells, str(device))
+    hit = _mods.get(key)
+    if hit is None:
+        # the function is kept in the entry, so that its id is not reused while the entry lives
+        hit = _mods.add(key, (score_mod, compile_score_mod(score_mod, device)))
+    return hit[1]
+
+
 class _FlexAttention(torch.autograd.Function):
     """flex_forward with its backward (flex_backward) for inputs that require grad."""
 
     @staticmethod
-    def forward(ctx, query, key, value, block_mask, scale, bits):
-        out, lse = flex_forward(query, key, value, block_mask, scale, bits[:2])
+    def forward(ctx, query, key, value, block_mask, scale, bits, mod):
+        out, lse = flex_forward(query, key, value, block_mask, scale, bits[:2], mod)
         ctx.save_for_backward(query, key, value, out, lse)
-        ctx.block_mask, ctx.scale, ctx.bits = block_mask, scale, bits
+        ctx.block_mask, ctx.scale, ctx.bits, ctx.mod = block_mask, scale, bits, mod
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -79,8 +95,9 @@ class _FlexAttention(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         query, key, value, out, lse = ctx.saved_tensors
         ids, words, q_ids = ctx.bits
-        dq, dk, dv = flex_backward(dout, query, key, value, out, lse, ctx.block_mask, ctx.scale, (ids, words), q_ids)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv = flex_backward(dout, query, key, value, out, lse, ctx.block_mask, ctx.scale, (ids, words), q_ids,
+                                   ctx.mod)
+        return dq, dk, dv, None, None, None, None
 
 
 def flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score_mod: Callable | None = None,
@@ -90,7 +107,9 @@ def flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
 
     Arguments:
         query: (batch, heads, seqlen_q, head_dim); key, value: (batch, heads_k, seqlen_k, head_dim).
-        score_mod: not supported yet (NotImplementedError).
+        score_mod: score_mod(score, b, h, q_idx, kv_idx) -> the score to use, applied to query key^T scale before
+            the mask; closures over captured tensors are fine (flashattn2.score_mod compiles it; an op it does not
+            support raises NotImplementedError naming it). Gradients flow through it to query and key.
         block_mask: a BlockMask from create_block_mask for (seqlen_q, seqlen_k); None: every key is seen.
         scale: the scores' factor; default 1 / sqrt(head_dim).
         enable_gqa: let heads_k divide heads (query head h reads key head h // (heads / heads_k)).
@@ -99,9 +118,6 @@ def flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
         out (batch, heads, seqlen_q, head_dim), and lse with return_lse. Rows that see no key give out 0 and lse
         -inf, as FlexAttention gives.
     """
-    if score_mod is not None:
-        raise NotImplementedError("flashattn2.flex_attention does not take score_mod yet: softcap, ALiBi and windows "
-                                  "run through flash_attn_func's softcap, alibi_slopes and window_size")
     check_tensors(query, key, value, 4, "(batch, heads, seqlen, head_dim)")
     batch, nheads, seqlen_q, head_dim = query.shape
     _, nheads_k, seqlen_k, _ = key.shape
@@ -126,10 +142,11 @@ def flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
     if block_mask.kv_indices.device != query.device:
         raise ValueError(f"block_mask is on {block_mask.kv_indices.device}, the inputs on {query.device}")
     bits = _mask_bits(block_mask, seqlen_q, seqlen_k)
+    mod = None if score_mod is None else _compiled_mod(score_mod, query.device)
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
-        out, lse = _FlexAttention.apply(query, key, value, block_mask, float(scale), bits)
+        out, lse = _FlexAttention.apply(query, key, value, block_mask, float(scale), bits, mod)
     else:
-        out, lse = flex_forward(query, key, value, block_mask, float(scale), bits[:2])
+        out, lse = flex_forward(query, key, value, block_mask, float(scale), bits[:2], mod)
     return (out, lse) if return_lse else out
 
 

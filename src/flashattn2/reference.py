@@ -134,16 +134,24 @@ def attention_fp8_ref(q8: torch.Tensor, k8: torch.Tensor, v8: torch.Tensor, q_de
 
 
 def flex_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                       scale: float | None = None, upcast: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                       scale: float | None = None, upcast: bool = True,
+                       score_mod=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact attention on FlexAttention's (batch, heads, seqlen, head_dim) tensors under a dense mask (batch or 1,
-    heads or 1, seqlen_q, seqlen_k), True where a query sees a key; returns (out, lse), lse natural log. Rows
-    that see no key give out 0 and lse -inf, as FlexAttention does. upcast as in attention_ref."""
+    heads or 1, seqlen_q, seqlen_k), True where a query sees a key, with score_mod(score, b, h, q_idx, kv_idx)
+    applied to every scaled score first; returns (out, lse), lse natural log. Rows that see no key give out 0 and
+    lse -inf, as FlexAttention does. upcast as in attention_ref."""
     if upcast:
         q, k, v = q.double(), k.double(), v.double()
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.transpose(-1, -2)) * scale
+    if score_mod is not None:
+        fn = score_mod
+        for dim in (3, 2, 1, 0):  # FlexAttention's mods take scalars: map them over (batch, head, query, key)
+            fn = torch.vmap(fn, in_dims=(0,) + tuple(0 if i == dim else None for i in range(4)))
+        b, h, i, j = (torch.arange(n, device=q.device) for n in scores.shape)
+        scores = fn(scores, b, h, i, j)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     lse = torch.logsumexp(scores.to(torch.float64 if upcast else torch.float32), dim=-1)

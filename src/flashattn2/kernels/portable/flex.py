@@ -23,8 +23,22 @@ EVAL_CHUNK = 256
 
 
 @triton.jit
+def _modded(qk, off_b, off_h, offs_m, offs_n, qk_scale, softmax_scale, captures, MOD_FN: tl.constexpr):
+    """(the scores the softmax takes, their factor to log2 units): raw q.k and qk_scale, or with a score_mod (its
+    @triton.jit function, score_mod.compile_score_mod) its value at q.k * scale, in log2 units already."""
+    if MOD_FN is not None:
+        s = MOD_FN(qk * softmax_scale, off_b, off_h, offs_m[:, None], offs_n[None, :], captures) * 1.4426950408889634
+        scale = 1.0
+    else:
+        s = qk
+        scale = qk_scale
+    return s, scale
+
+
+@triton.jit
 def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, Indices, Ids, MaskBits, offs_m, offs_d,
-                 q_block_start, seqlen_q, seqlen_k, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                 q_block_start, seqlen_q, seqlen_k, qk_scale, off_b, off_h, softmax_scale, captures,
+                 MOD_FN: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                  BLOCK_N: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, PARTIAL: tl.constexpr,
                  EVEN_N: tl.constexpr, INTERPRET: tl.constexpr):
     """Fold the key blocks of one list (Num of them at Indices) into (acc, m_i, l_i); PARTIAL blocks apply their
@@ -39,7 +53,8 @@ def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, In
         offs_n = tl.load(Indices + j) * SPARSE_KV + sub * BLOCK_N + offs_n0
         k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
                       BLOCK_D, not EVEN_N)
-        qk = mma(q, tl.trans(k), None, INTERPRET)
+        qk, scale = _modded(mma(q, tl.trans(k), None, INTERPRET), off_b, off_h, offs_m, offs_n, qk_scale,
+                            softmax_scale, captures, MOD_FN)
         if PARTIAL:
             visible = partial_visible(MaskBits, tl.load(Ids + j), offs_m - q_block_start, sub * BLOCK_N + offs_n0,
                                       SPARSE_Q, SPARSE_KV)
@@ -48,7 +63,7 @@ def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, In
             qk = tl.where(visible, qk, float("-inf"))
         elif not EVEN_N:
             qk = tl.where(offs_n[None, :] < seqlen_k, qk, float("-inf"))
-        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, qk_scale, True)
+        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, scale, True)
         v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
                       BLOCK_D, not EVEN_N)
         acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
@@ -84,10 +99,10 @@ def _query_tile(Q, K, V, stride_q, stride_k, stride_v, group, seqlen_q, HEAD_DIM
 def flex_fwd_kernel(
     Q, K, V, Out, Lse, KvNum, KvIndices, PartialIds, FullNum, FullIndices, MaskBits,
     stride_q, stride_k, stride_v, stride_o, stride_lse, stride_num, stride_idx, stride_full_num, stride_full_idx,
-    group, seqlen_q, seqlen_k, qk_scale,
+    group, seqlen_q, seqlen_k, qk_scale, softmax_scale, captures,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, EVEN_N: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr, MOD_FN: tl.constexpr = None,
 ):
     """One program per (query tile, batch x head): Out = softmax(Q K^T scale, masked by the block mask) V and Lse
     (natural log; -inf and Out 0 for rows that see no key, as FlexAttention gives). Q, K, V, Out are (batch,
@@ -105,15 +120,16 @@ def flex_fwd_kernel(
     lists = _at(off_b, off_h, q_block, stride_idx)
     acc, m_i, l_i = _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, KvNum + row,
                                  KvIndices + lists, PartialIds + lists, MaskBits, offs_m, offs_d, q_block * SPARSE_Q,
-                                 seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, True,
+                                 seqlen_q, seqlen_k, qk_scale, off_b, off_h, softmax_scale, captures, MOD_FN, HEAD_DIM,
+                                 BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, True,
                                  EVEN_N, INTERPRET)
     if HAS_FULL:
         row = _at(off_b, off_h, q_block, stride_full_num)
         lists = _at(off_b, off_h, q_block, stride_full_idx)
         acc, m_i, l_i = _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, FullNum + row,
                                      FullIndices + lists, FullIndices, MaskBits, offs_m, offs_d, q_block * SPARSE_Q,
-                                     seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV,
-                                     False, EVEN_N, INTERPRET)
+                                     seqlen_q, seqlen_k, qk_scale, off_b, off_h, softmax_scale, captures, MOD_FN,
+                                     HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, False, EVEN_N, INTERPRET)
     out, lse = finalize(acc, m_i, l_i)
     lse = tl.where(lse == float("inf"), float("-inf"), lse)  # FlexAttention's empty row
     store_rows(Out + off_b64 * stride_ob + off_h.to(tl.int64) * stride_oh + offs_m[:, None] * stride_om
@@ -212,9 +228,9 @@ def block_lists(block_mask, view: str, ids: torch.Tensor, batch: int, nheads: in
 
 
 def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, scale: float,
-                 bits: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+                 bits: tuple[torch.Tensor, torch.Tensor], mod=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) of checked (batch, heads, seqlen, head_dim) inputs under block_mask; bits from
-    partial_block_bits."""
+    partial_block_bits; mod: a score_mod.CompiledMod or None."""
     batch, nheads, seqlen_q, head_dim = q.shape
     seqlen_k = k.shape[2]
     sparse_q, sparse_kv = block_mask.BLOCK_SIZE
@@ -232,21 +248,29 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
         q, k, v, out, lse, *tensors, words if words.numel() else tensors[0],
         q.stride()[:3], k.stride()[:3], v.stride()[:3], out.stride()[:3], lse.stride()[:2], **lists,
         group=nheads // k.shape[1], seqlen_q=seqlen_q, seqlen_k=seqlen_k, qk_scale=scale * 1.4426950408889634,
-        HEAD_DIM=head_dim, BLOCK_D=block_d, SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv,
+        softmax_scale=scale, captures=None if mod is None else mod.captures,
+        MOD_FN=None if mod is None else mod.fn, HEAD_DIM=head_dim, BLOCK_D=block_d, SPARSE_Q=sparse_q,
+        SPARSE_KV=sparse_kv,
         HAS_FULL=block_mask.full_kv_num_blocks is not None, EVEN_N=seqlen_k % sparse_kv == 0, INTERPRET=INTERPRET,
         **cfg)
     return out, lse
 
 
 @triton.jit
-def _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id, rows, cols,
+def _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id, rows, cols, off_b,
+                off_h, softmax_scale, captures, MOD_FN: tl.constexpr, MOD_GRAD: tl.constexpr,
                 PARTIAL: tl.constexpr, EVEN: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr,
                 INTERPRET: tl.constexpr):
     """The probabilities P of one (queries x keys) tile from the forward's lse (log2 units; +inf for a row that
     sees no key, so that its P is 0), masked by the sequence ends (unless EVEN: no tile crosses them) and, in
-    PARTIAL blocks, the mask bits of block_id (rows, cols: the tile's places in it)."""
+    PARTIAL blocks, the mask bits of block_id (rows, cols: the tile's places in it); and the factor dS takes from
+    a score_mod (its derivative in the score; 1 without one)."""
     qk = mma(q, tl.trans(k), None, INTERPRET)
-    p = tl.math.exp2(qk * qk_scale - lse2[:, None])
+    s, scale = _modded(qk, off_b, off_h, offs_m, offs_n, qk_scale, softmax_scale, captures, MOD_FN)
+    p = tl.math.exp2(s * scale - lse2[:, None])
+    grad = 1.0
+    if MOD_GRAD is not None:
+        grad = MOD_GRAD(qk * softmax_scale, off_b, off_h, offs_m[:, None], offs_n[None, :], captures)
     if PARTIAL:
         visible = partial_visible(MaskBits, block_id, rows, cols, SPARSE_Q, SPARSE_KV)
         if not EVEN:
@@ -254,12 +278,13 @@ def _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBi
         p = tl.where(visible, p, 0.0)
     elif not EVEN:
         p = tl.where((offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k), p, 0.0)
-    return p
+    return p, grad
 
 
 @triton.jit
 def _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, Num, Indices, Ids, MaskBits, offs_m,
-                    offs_d, q_block_start, seqlen_q, seqlen_k, qk_scale, HEAD_DIM: tl.constexpr,
+                    offs_d, q_block_start, seqlen_q, seqlen_k, qk_scale, off_b, off_h, softmax_scale, captures,
+                    MOD_FN: tl.constexpr, MOD_GRAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr,
                     PARTIAL: tl.constexpr, EVEN: tl.constexpr, INTERPRET: tl.constexpr):
     """dQ (unscaled: dS K) over the key blocks of one list, as _flex_blocks walks them."""
@@ -276,11 +301,11 @@ def _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn
                       BLOCK_D, not EVEN)
         v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
                       BLOCK_D, not EVEN)
-        p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id,
-                        offs_m - q_block_start, sub * BLOCK_N + offs_n0, PARTIAL, EVEN, SPARSE_Q, SPARSE_KV,
-                        INTERPRET)
+        p, grad = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id,
+                              offs_m - q_block_start, sub * BLOCK_N + offs_n0, off_b, off_h, softmax_scale, captures,
+                              MOD_FN, MOD_GRAD, PARTIAL, EVEN, SPARSE_Q, SPARSE_KV, INTERPRET)
         dp = mma(do, tl.trans(v), None, INTERPRET)
-        ds = p * (dp - delta[:, None])
+        ds = p * (dp - delta[:, None]) * grad
         dq = mma(round_to(ds, k.dtype, INTERPRET), k, dq, INTERPRET)
     return dq
 
@@ -289,10 +314,10 @@ def _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn
 def flex_bwd_dq_kernel(
     Q, K, V, dOut, Lse, Delta, dQ, KvNum, KvIndices, PartialIds, FullNum, FullIndices, MaskBits,
     stride_q, stride_k, stride_v, stride_do, stride_dq, stride_lse, stride_num, stride_idx, stride_full_num,
-    stride_full_idx, group, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+    stride_full_idx, group, seqlen_q, seqlen_k, qk_scale, softmax_scale, captures,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, EVEN_N: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr, MOD_FN: tl.constexpr = None, MOD_GRAD: tl.constexpr = None,
 ):
     """dQ of one query tile: the forward's walk over the block lists, with P from the saved lse (natural log,
     -inf for empty rows) and Delta = rowsum(dO * O). Layouts as flex_fwd_kernel's; Delta like Lse."""
@@ -310,14 +335,15 @@ def flex_bwd_dq_kernel(
     lists = _at(off_b, off_h, q_block, stride_idx)
     dq = _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, KvNum + row, KvIndices + lists,
                          PartialIds + lists, MaskBits, offs_m, offs_d, q_block * SPARSE_Q, seqlen_q, seqlen_k,
-                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, True, EVEN_N, INTERPRET)
+                         qk_scale, off_b, off_h, softmax_scale, captures, MOD_FN, MOD_GRAD, HEAD_DIM, BLOCK_D,
+                         BLOCK_N, SPARSE_Q, SPARSE_KV, True, EVEN_N, INTERPRET)
     if HAS_FULL:
         row = _at(off_b, off_h, q_block, stride_full_num)
         lists = _at(off_b, off_h, q_block, stride_full_idx)
         dq = _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn, FullNum + row,
                              FullIndices + lists, FullIndices, MaskBits, offs_m, offs_d, q_block * SPARSE_Q, seqlen_q,
-                             seqlen_k, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, False, EVEN_N,
-                             INTERPRET)
+                             seqlen_k, qk_scale, off_b, off_h, softmax_scale, captures, MOD_FN, MOD_GRAD, HEAD_DIM,
+                             BLOCK_D, BLOCK_N, SPARSE_Q, SPARSE_KV, False, EVEN_N, INTERPRET)
     store_rows(dQ + off_b64 * stride_dq[0] + off_h.to(tl.int64) * stride_dq[1] + offs_m[:, None] * stride_dq[2]
                + offs_d[None, :], round_to(dq * softmax_scale, dQ.dtype.element_ty, INTERPRET), offs_m, seqlen_q,
                offs_d, HEAD_DIM, BLOCK_D)
@@ -325,7 +351,8 @@ def flex_bwd_dq_kernel(
 
 @triton.jit
 def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, stride_qm, stride_dom, Num, Indices, Ids, MaskBits, offs_n,
-                      offs_d, kv_block_start, seqlen_q, seqlen_k, qk_scale, HEAD_DIM: tl.constexpr,
+                      offs_d, kv_block_start, seqlen_q, seqlen_k, qk_scale, off_b, off_h, softmax_scale, captures,
+                      MOD_FN: tl.constexpr, MOD_GRAD: tl.constexpr, HEAD_DIM: tl.constexpr,
                       BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr,
                       PARTIAL: tl.constexpr, EVEN: tl.constexpr, INTERPRET: tl.constexpr):
     """dK (unscaled: dS^T Q) and dV (P^T dO) of one key tile over the query blocks of one list (the block
@@ -351,11 +378,12 @@ def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, stride_qm, stride_dom, 
             lse = tl.load(Lse + offs_m, mask=offs_m < seqlen_q, other=float("-inf"))
             delta = tl.load(Delta + offs_m, mask=offs_m < seqlen_q, other=0.0)
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
-        p = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id,
-                        sub * BLOCK_M + offs_m0, col, PARTIAL, EVEN, SPARSE_Q, SPARSE_KV, INTERPRET)
+        p, grad = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id,
+                              sub * BLOCK_M + offs_m0, col, off_b, off_h, softmax_scale, captures, MOD_FN, MOD_GRAD,
+                              PARTIAL, EVEN, SPARSE_Q, SPARSE_KV, INTERPRET)
         dv = mma(tl.trans(round_to(p, do.dtype, INTERPRET)), do, dv, INTERPRET)
         dp = mma(do, tl.trans(v), None, INTERPRET)
-        ds = p * (dp - delta[:, None])
+        ds = p * (dp - delta[:, None]) * grad
         dk = mma(tl.trans(round_to(ds, q.dtype, INTERPRET)), q, dk, INTERPRET)
     return dk, dv
 
@@ -364,10 +392,10 @@ def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, stride_qm, stride_dom, 
 def flex_bwd_dkdv_kernel(
     Q, K, V, dOut, Lse, Delta, dK, dV, QNum, QIndices, QPartialIds, FullQNum, FullQIndices, MaskBits,
     stride_q, stride_k, stride_v, stride_do, stride_dk, stride_dv, stride_lse, stride_num, stride_idx,
-    stride_full_num, stride_full_idx, group, seqlen_q, seqlen_k, qk_scale, softmax_scale,
+    stride_full_num, stride_full_idx, group, seqlen_q, seqlen_k, qk_scale, softmax_scale, captures,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr, HAS_FULL: tl.constexpr, EVEN_M: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr, MOD_FN: tl.constexpr = None, MOD_GRAD: tl.constexpr = None,
 ):
     """dK, dV of one key tile of one key head, summed over its group of query heads (GQA), over the query blocks
     that the block mask's q_indices view lists for the tile's key block (QPartialIds: each partial block's row in
@@ -396,16 +424,17 @@ def flex_bwd_dkdv_kernel(
         lists = _at(off_b, off_h, kv_block, stride_idx)
         dk, dv = _flex_dkdv_blocks(dk, dv, k, v, q_head, do_head, Lse + stats, Delta + stats, stride_q[2],
                                    stride_do[2], QNum + row, QIndices + lists, QPartialIds + lists, MaskBits, offs_n,
-                                   offs_d, kv_block * SPARSE_KV, seqlen_q, seqlen_k, qk_scale, HEAD_DIM, BLOCK_D,
-                                   BLOCK_M, SPARSE_Q, SPARSE_KV, True, EVEN_M, INTERPRET)
+                                   offs_d, kv_block * SPARSE_KV, seqlen_q, seqlen_k, qk_scale, off_b, off_h,
+                                   softmax_scale, captures, MOD_FN, MOD_GRAD, HEAD_DIM, BLOCK_D, BLOCK_M, SPARSE_Q,
+                                   SPARSE_KV, True, EVEN_M, INTERPRET)
         if HAS_FULL:
             row = _at(off_b, off_h, kv_block, stride_full_num)
             lists = _at(off_b, off_h, kv_block, stride_full_idx)
             dk, dv = _flex_dkdv_blocks(dk, dv, k, v, q_head, do_head, Lse + stats, Delta + stats, stride_q[2],
                                        stride_do[2], FullQNum + row, FullQIndices + lists, FullQIndices, MaskBits,
-                                       offs_n, offs_d, kv_block * SPARSE_KV, seqlen_q, seqlen_k, qk_scale, HEAD_DIM,
-                                       BLOCK_D, BLOCK_M, SPARSE_Q, SPARSE_KV, False, EVEN_M,
-                                       INTERPRET)
+                                       offs_n, offs_d, kv_block * SPARSE_KV, seqlen_q, seqlen_k, qk_scale, off_b,
+                                       off_h, softmax_scale, captures, MOD_FN, MOD_GRAD, HEAD_DIM, BLOCK_D, BLOCK_M,
+                                       SPARSE_Q, SPARSE_KV, False, EVEN_M, INTERPRET)
     store_rows(dK + off_b64 * stride_dk[0] + off_hk.to(tl.int64) * stride_dk[1] + offs_n[:, None] * stride_dk[2]
                + offs_d[None, :], round_to(dk * softmax_scale, dK.dtype.element_ty, INTERPRET), offs_n, seqlen_k,
                offs_d, HEAD_DIM, BLOCK_D)
@@ -446,8 +475,8 @@ def transposed_partial_ids(block_mask, ids: torch.Tensor) -> torch.Tensor:
 
 def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   lse: torch.Tensor, block_mask, scale: float, bits: tuple[torch.Tensor, torch.Tensor],
-                  q_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) of flex_forward's (out, lse); q_ids from transposed_partial_ids."""
+                  q_ids: torch.Tensor, mod=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of flex_forward's (out, lse); q_ids from transposed_partial_ids; mod as flex_forward's."""
     batch, nheads, seqlen_q, head_dim = q.shape
     nheads_k, seqlen_k = k.shape[1], k.shape[2]
     dq = common.empty(q.shape, q.dtype, q.device)
@@ -462,7 +491,9 @@ def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     words = words if words.numel() else block_mask.kv_num_blocks
     block_d = padded_head_dim(head_dim)
     shared = dict(group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, qk_scale=scale * 1.4426950408889634,
-                  softmax_scale=scale, HEAD_DIM=head_dim, BLOCK_D=block_d, SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv,
+                  softmax_scale=scale, captures=None if mod is None else mod.captures,
+                  MOD_FN=None if mod is None else mod.fn, MOD_GRAD=None if mod is None else mod.grad,
+                  HEAD_DIM=head_dim, BLOCK_D=block_d, SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv,
                   HAS_FULL=block_mask.full_kv_num_blocks is not None, INTERPRET=INTERPRET)
     strides = dict(stride_q=q.stride()[:3], stride_k=k.stride()[:3], stride_v=v.stride()[:3],
                    stride_do=dout.stride()[:3], stride_lse=lse.stride()[:2])
