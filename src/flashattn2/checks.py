@@ -8,6 +8,7 @@ distributed, integrations) import from here; this module imports none of them, s
 """
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -22,6 +23,10 @@ _OTHER_FP8 = (torch.float8_e5m2, torch.float8_e5m2fnuz, torch.float8_e4m3fnuz)
 COMBINE_OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 COMBINE_MAX_HEAD_DIM = 512
 LAYOUTS = ("zigzag", "contiguous")  # the shard layouts of distributed.py
+# FLASHATTN2_STRICT=1: the values of the index tensors (cu_seqlens, cache_seqlens, cache_batch_idx, cache_leftpad,
+# block_table) are also read on the host and checked at the call, raising there (a device-to-host copy per call:
+# for debugging, never inside a CUDA-graph capture); by default they are checked on the GPU, without a sync
+STRICT = os.environ.get("FLASHATTN2_STRICT", "0") not in ("", "0")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -529,3 +534,79 @@ def check_ulysses_heads(nheads: int, nheads_k: int, world: int) -> None:
         raise ValueError(f"ulysses_flash_attn_func shares the heads among the {world} ranks: nheads ({nheads}) must "
                          f"be divisible by {world}, and nheads_k ({nheads_k}) too or {world} by it; "
                          "ring_flash_attn_func takes any head count")
+
+
+# ----------------------------------------------------------------------------------------------
+# FLASHATTN2_STRICT=1: the index tensors' values, on the host
+
+
+def _host_values(name: str, x: torch.Tensor) -> list:
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"FLASHATTN2_STRICT=1 reads {name} on the host, which a CUDA graph capture cannot do: "
+                           "unset FLASHATTN2_STRICT to capture")
+    return x.tolist()
+
+
+def strict_cu_seqlens(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                      total_q: int, total_k: int | None) -> list[int]:
+    """ValueError naming the first bad value of cu_seqlens_q / cu_seqlens_k: each must start at 0, never
+    decrease, end within its packed rows (total_k None: keys in pages, no bound) and hold no sequence longer than
+    its max_seqlen. Returns the key lengths."""
+    lengths = []
+    for side, cu, longest, total in (("q", cu_seqlens_q, max_seqlen_q, total_q), ("k", cu_seqlens_k, max_seqlen_k,
+                                                                                   total_k)):
+        name = f"cu_seqlens_{side}"
+        values = _host_values(name, cu)
+        if values[0] != 0:
+            raise ValueError(f"{name}[0] must be 0, got {values[0]}")
+        lengths = [b - a for a, b in zip(values[:-1], values[1:], strict=True)]
+        for i, n in enumerate(lengths):
+            if n < 0:
+                raise ValueError(f"{name} must not decrease: {name}[{i + 1}] = {values[i + 1]} < {name}[{i}] = "
+                                 f"{values[i]}")
+            if n > longest:
+                raise ValueError(f"sequence {i} has {n} rows by {name}, more than max_seqlen_{side} = {longest}")
+        if total is not None and values[-1] > total:
+            raise ValueError(f"{name}[-1] = {values[-1]} is past the {total} packed rows")
+    return lengths
+
+
+def strict_block_table(block_table: torch.Tensor, lengths: list[int], page_size: int, num_blocks: int,
+                       rows: list[int] | None = None) -> None:
+    """ValueError naming the first page index of block_table, among the pages each sequence uses (lengths[i]
+    keys, on row rows[i] of the table), that is not in [0, num_blocks)."""
+    table = _host_values("block_table", block_table)
+    for i, n in enumerate(lengths):
+        row = i if rows is None else rows[i]
+        for j, page in enumerate(table[row][:-(-n // page_size)]):
+            if not 0 <= page < num_blocks:
+                raise ValueError(f"block_table[{row}, {j}] = {page} is not a page of the {num_blocks}-page cache "
+                                 f"(sequence {i} uses {-(-n // page_size)} pages)")
+
+
+def strict_kvcache(k_cache: torch.Tensor, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, batch: int,
+                   seqlen_new: int) -> None:
+    """ValueError naming the first bad value of flash_attn_with_kvcache's index tensors: cache_batch_idx within the
+    cache (or the block table's rows), cache_seqlens >= 0 with the appended rows within the capacity,
+    cache_leftpad within [0, cache_seqlens], and every page a sequence uses within the page pool."""
+    paged = block_table is not None
+    capacity = block_table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    rows = list(range(batch))
+    if cache_batch_idx is not None:
+        rows = _host_values("cache_batch_idx", cache_batch_idx)
+        limit = block_table.shape[0] if paged else k_cache.shape[0]
+        for i, r in enumerate(rows):
+            if not 0 <= r < limit:
+                raise ValueError(f"cache_batch_idx[{i}] = {r} is not one of the {limit} cache rows")
+    seqlens = [cache_seqlens] * batch if isinstance(cache_seqlens, int) else (
+        _host_values("cache_seqlens", cache_seqlens) if cache_seqlens is not None else [capacity] * batch)
+    for i, n in enumerate(seqlens):
+        if n < 0 or n + seqlen_new > capacity:
+            raise ValueError(f"cache_seqlens[{i}] = {n} with {seqlen_new} new rows does not fit the cache "
+                             f"capacity {capacity}")
+    if cache_leftpad is not None:
+        for i, (pad, n) in enumerate(zip(_host_values("cache_leftpad", cache_leftpad), seqlens, strict=True)):
+            if not 0 <= pad <= n:
+                raise ValueError(f"cache_leftpad[{i}] = {pad} must be within [0, cache_seqlens[{i}] = {n}]")
+    if paged:
+        strict_block_table(block_table, [n + seqlen_new for n in seqlens], k_cache.shape[1], k_cache.shape[0], rows)

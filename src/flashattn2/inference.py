@@ -8,8 +8,16 @@ from typing import Optional
 
 import torch
 
-from . import fp8
-from .checks import attn_options, check_combine, check_descales, check_kvcache, is_fp8, unit_last_stride
+from . import checks, fp8
+from .checks import (
+    attn_options,
+    check_combine,
+    check_descales,
+    check_kvcache,
+    is_fp8,
+    strict_kvcache,
+    unit_last_stride,
+)
 from .kernels.launch import PlanCache
 from .kernels.params import AttnOptions
 from .kernels.portable import combine as combine_kernels
@@ -160,6 +168,9 @@ def flash_attn_with_kvcache(
     else:
         opts, plan = seen
         opts = opts._replace(alibi_slopes=alibi_slopes)
+    if checks.STRICT:  # the values, at every call (a repeated call skips only the checks of shapes and types)
+        strict_kvcache(k_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, q.shape[0],
+                       0 if k is None else k.shape[1])
     if isinstance(cache_seqlens, int):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     if traced:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import fp8
+from . import checks, fp8
 from .checks import (
     MAX_HEAD_DIM,  # noqa: F401 (public here before checks.py)
     attn_options,
@@ -19,6 +19,8 @@ from .checks import (
     check_paged_varlen,
     check_varlen,
     is_fp8_call,
+    strict_block_table,
+    strict_cu_seqlens,
     unit_last_stride,
 )
 from .kernels import backends
@@ -280,9 +282,14 @@ def flash_attn_varlen_func(
     if block_table is not None:
         check_paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, block_table,
                            is_fp8)
+        if checks.STRICT:
+            lengths = strict_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q.shape[0], None)
+            strict_block_table(block_table, lengths, k.shape[1], k.shape[0])
         return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                              window_size, softcap, alibi_slopes, return_attn_probs, block_table)
     check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_fp8)
+    if checks.STRICT:
+        strict_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q.shape[0], k.shape[0])
     q, k, v = unit_last_stride(q), unit_last_stride(k), unit_last_stride(v)
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                       softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
