@@ -2,7 +2,8 @@
 AttnOptions.
 
 Everything here is judged on the host from shapes, strides, dtypes, devices and Python values, with no
-device-to-host sync; the values of index tensors (cu_seqlens, the KV-cache tables) are checked on the GPU
+device-to-host sync (but for the opt-in FLASHATTN2_STRICT=1 checks at the end); the values of index tensors
+(cu_seqlens, the KV-cache tables) are checked on the GPU
 (kernels/portable/cu_seqlens.py, kernels/portable/kvcache.py). The API modules (interface, inference, fp8, rotary, sdpa,
 distributed, integrations) import from here; this module imports none of them, so the graph stays acyclic.
 """
