@@ -36,6 +36,19 @@ def _modded(qk, off_b, off_h, offs_m, offs_n, qk_scale, softmax_scale, captures,
 
 
 @triton.jit
+def _visit_tile(Indices, Ids, t, SUBS: tl.constexpr, BLOCK: tl.constexpr, STEP: tl.constexpr,
+                PARTIAL: tl.constexpr):
+    """Tile t of a walk over a block list (SUBS tiles of STEP rows per BLOCK-row block): (its first row, its first
+    row's place in its block, its block's row in the mask bits: 0 for full blocks)."""
+    j = t // SUBS
+    sub_start = (t % SUBS) * STEP
+    block_id = 0
+    if PARTIAL:
+        block_id = tl.load(Ids + j)
+    return tl.load(Indices + j) * BLOCK + sub_start, sub_start, block_id
+
+
+@triton.jit
 def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, Indices, Ids, MaskBits, offs_m, offs_d,
                  q_block_start, seqlen_q, seqlen_k, qk_scale, off_b, off_h, softmax_scale, captures,
                  MOD_FN: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -48,16 +61,15 @@ def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, In
     offs_n0 = tl.arange(0, BLOCK_N)
     # one flat loop over (block, key tile of the block), so that the compiler pipelines the tiles' loads
     for t in range(tl.load(Num) * SUBS):
-        j = t // SUBS
-        sub = t % SUBS
-        offs_n = tl.load(Indices + j) * SPARSE_KV + sub * BLOCK_N + offs_n0
+        start_n, sub_start, block_id = _visit_tile(Indices, Ids, t, SUBS, SPARSE_KV, BLOCK_N, PARTIAL)
+        offs_n = start_n + offs_n0
         k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
                       BLOCK_D, not EVEN_N)
         qk, scale = _modded(mma(q, tl.trans(k), None, INTERPRET), off_b, off_h, offs_m, offs_n, qk_scale,
                             softmax_scale, captures, MOD_FN)
         if PARTIAL:
-            visible = partial_visible(MaskBits, tl.load(Ids + j), offs_m - q_block_start, sub * BLOCK_N + offs_n0,
-                                      SPARSE_Q, SPARSE_KV)
+            visible = partial_visible(MaskBits, block_id, offs_m - q_block_start, sub_start + offs_n0, SPARSE_Q,
+                                      SPARSE_KV)
             if not EVEN_N:
                 visible = visible & (offs_n[None, :] < seqlen_k)
             qk = tl.where(visible, qk, float("-inf"))
@@ -291,18 +303,14 @@ def _flex_dq_blocks(dq, q, do, lse2, delta, k_base, v_base, stride_kn, stride_vn
     SUBS: tl.constexpr = SPARSE_KV // BLOCK_N
     offs_n0 = tl.arange(0, BLOCK_N)
     for t in range(tl.load(Num) * SUBS):
-        j = t // SUBS
-        sub = t % SUBS
-        offs_n = tl.load(Indices + j) * SPARSE_KV + sub * BLOCK_N + offs_n0
-        block_id = 0
-        if PARTIAL:
-            block_id = tl.load(Ids + j)
+        start_n, sub_start, block_id = _visit_tile(Indices, Ids, t, SUBS, SPARSE_KV, BLOCK_N, PARTIAL)
+        offs_n = start_n + offs_n0
         k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
                       BLOCK_D, not EVEN)
         v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
                       BLOCK_D, not EVEN)
         p, grad = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id,
-                              offs_m - q_block_start, sub * BLOCK_N + offs_n0, off_b, off_h, softmax_scale, captures,
+                              offs_m - q_block_start, sub_start + offs_n0, off_b, off_h, softmax_scale, captures,
                               MOD_FN, MOD_GRAD, PARTIAL, EVEN, SPARSE_Q, SPARSE_KV, INTERPRET)
         dp = mma(do, tl.trans(v), None, INTERPRET)
         ds = p * (dp - delta[:, None]) * grad
@@ -361,12 +369,8 @@ def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, stride_qm, stride_dom, 
     offs_m0 = tl.arange(0, BLOCK_M)
     col = offs_n - kv_block_start  # the keys' places in their mask block
     for t in range(tl.load(Num) * SUBS):
-        j = t // SUBS
-        sub = t % SUBS
-        offs_m = tl.load(Indices + j) * SPARSE_Q + sub * BLOCK_M + offs_m0
-        block_id = 0
-        if PARTIAL:
-            block_id = tl.load(Ids + j)
+        start_m, sub_start, block_id = _visit_tile(Indices, Ids, t, SUBS, SPARSE_Q, BLOCK_M, PARTIAL)
+        offs_m = start_m + offs_m0
         q = load_rows(Q + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
                       BLOCK_D, not EVEN)
         do = load_rows(dOut + offs_m[:, None] * stride_dom + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
@@ -379,7 +383,7 @@ def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, stride_qm, stride_dom, 
             delta = tl.load(Delta + offs_m, mask=offs_m < seqlen_q, other=0.0)
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
         p, grad = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id,
-                              sub * BLOCK_M + offs_m0, col, off_b, off_h, softmax_scale, captures, MOD_FN, MOD_GRAD,
+                              sub_start + offs_m0, col, off_b, off_h, softmax_scale, captures, MOD_FN, MOD_GRAD,
                               PARTIAL, EVEN, SPARSE_Q, SPARSE_KV, INTERPRET)
         dv = mma(tl.trans(round_to(p, do.dtype, INTERPRET)), do, dv, INTERPRET)
         dp = mma(do, tl.trans(v), None, INTERPRET)
