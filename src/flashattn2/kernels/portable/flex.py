@@ -49,6 +49,21 @@ def _visit_tile(Indices, Ids, t, SUBS: tl.constexpr, BLOCK: tl.constexpr, STEP: 
 
 
 @triton.jit
+def _masked(x, fill, MaskBits, block_id, rows, cols, offs_m, offs_n, seqlen_q, seqlen_k, PARTIAL: tl.constexpr,
+            EVEN: tl.constexpr, SPARSE_Q: tl.constexpr, SPARSE_KV: tl.constexpr):
+    """A (queries x keys) tile x with `fill` where a PARTIAL block's bits (block_id; rows, cols: the tile's places
+    in it) hide the pair or, unless EVEN (no tile crosses them), past the sequence ends."""
+    if PARTIAL:
+        visible = partial_visible(MaskBits, block_id, rows, cols, SPARSE_Q, SPARSE_KV)
+        if not EVEN:
+            visible = visible & (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
+        x = tl.where(visible, x, fill)
+    elif not EVEN:
+        x = tl.where((offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k), x, fill)
+    return x
+
+
+@triton.jit
 def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, Indices, Ids, MaskBits, offs_m, offs_d,
                  q_block_start, seqlen_q, seqlen_k, qk_scale, off_b, off_h, softmax_scale, captures,
                  MOD_FN: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -67,14 +82,8 @@ def _flex_blocks(acc, m_i, l_i, q, k_base, v_base, stride_kn, stride_vn, Num, In
                       BLOCK_D, not EVEN_N)
         qk, scale = _modded(mma(q, tl.trans(k), None, INTERPRET), off_b, off_h, offs_m, offs_n, qk_scale,
                             softmax_scale, captures, MOD_FN)
-        if PARTIAL:
-            visible = partial_visible(MaskBits, block_id, offs_m - q_block_start, sub_start + offs_n0, SPARSE_Q,
-                                      SPARSE_KV)
-            if not EVEN_N:
-                visible = visible & (offs_n[None, :] < seqlen_k)
-            qk = tl.where(visible, qk, float("-inf"))
-        elif not EVEN_N:
-            qk = tl.where(offs_n[None, :] < seqlen_k, qk, float("-inf"))
+        qk = _masked(qk, float("-inf"), MaskBits, block_id, offs_m - q_block_start, sub_start + offs_n0, offs_m,
+                     offs_n, seqlen_q, seqlen_k, PARTIAL, EVEN_N, SPARSE_Q, SPARSE_KV)
         p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, scale, True)
         v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d, HEAD_DIM,
                       BLOCK_D, not EVEN_N)
@@ -283,13 +292,8 @@ def _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBi
     grad = 1.0
     if MOD_GRAD is not None:
         grad = MOD_GRAD(qk * softmax_scale, off_b, off_h, offs_m[:, None], offs_n[None, :], captures)
-    if PARTIAL:
-        visible = partial_visible(MaskBits, block_id, rows, cols, SPARSE_Q, SPARSE_KV)
-        if not EVEN:
-            visible = visible & (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
-        p = tl.where(visible, p, 0.0)
-    elif not EVEN:
-        p = tl.where((offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k), p, 0.0)
+    p = _masked(p, 0.0, MaskBits, block_id, rows, cols, offs_m, offs_n, seqlen_q, seqlen_k, PARTIAL, EVEN, SPARSE_Q,
+                SPARSE_KV)
     return p, grad
 
 
