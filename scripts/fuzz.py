@@ -16,6 +16,7 @@ import functools
 import os
 import random
 import sys
+import time
 import traceback
 
 import torch
@@ -29,16 +30,16 @@ HEAD_DIMS = (1, 8, 16, 32, 40, 59, 64, 80, 96, 128, 160, 192, 256)
 NAMED = (TypeError, ValueError, NotImplementedError)
 
 
-def _options(rng: random.Random, seqlen_q: int, seqlen_k: int) -> dict:
+def _options(rng: random.Random, lrng: random.Random, seqlen_q: int, seqlen_k: int) -> dict:
     opts = {}
     if rng.random() < 0.4:
         opts["causal"] = True
     elif rng.random() < 0.3:
-        opts["window_size"] = (rng.randint(-1, seqlen_k), rng.randint(-1, seqlen_k))
+        opts["window_size"] = (lrng.randint(-1, seqlen_k), lrng.randint(-1, seqlen_k))
     if rng.random() < 0.2:
         opts["softcap"] = rng.choice((5.0, 30.0))
     if rng.random() < 0.2:
-        opts["softmax_scale"] = rng.uniform(0.05, 1.0)
+        opts["softmax_scale"] = lrng.uniform(0.05, 1.0)
     return opts
 
 
@@ -68,13 +69,13 @@ def _compare(label: str, out, grads, ref, pt):
             _check(f"{name}{label}", grad, r, p, BWD)
 
 
-def _dense_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
+def _dense_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
     dtype = rng.choice((torch.float16, torch.bfloat16))
     head_dim = rng.choice(HEAD_DIMS)
     nheads_k = rng.choice((1, 2))
     nheads = nheads_k * rng.choice((1, 2, 3))
-    batch, seqlen_q, seqlen_k = rng.randint(1, 2), rng.randint(1, max_len), rng.randint(1, max_len)
-    opts = _options(rng, seqlen_q, seqlen_k)
+    batch, seqlen_q, seqlen_k = lrng.randint(1, 2), lrng.randint(1, max_len), lrng.randint(1, max_len)
+    opts = _options(rng, lrng, seqlen_q, seqlen_k)
     alibi = rng.random() < 0.2
     desc = (f"flash_attn_func batch={batch} seqlen_q={seqlen_q} seqlen_k={seqlen_k} nheads={nheads} "
             f"nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} alibi={alibi} grads={grads} {opts}")
@@ -96,14 +97,14 @@ def _dense_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, cal
     return desc, run
 
 
-def _varlen_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
+def _varlen_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
     dtype = rng.choice((torch.float16, torch.bfloat16))
     head_dim = rng.choice(HEAD_DIMS)
     nheads_k = rng.choice((1, 2))
     nheads = nheads_k * rng.choice((1, 2))
-    lens_q = [rng.randint(0, max_len) for _ in range(rng.randint(1, 3))]
-    lens_k = [rng.randint(1, max_len) for _ in lens_q]
-    opts = _options(rng, max(lens_q), max(lens_k))
+    lens_q = [lrng.randint(0, max_len) for _ in range(lrng.randint(1, 3))]
+    lens_k = [lrng.randint(1, max_len) for _ in lens_q]
+    opts = _options(rng, lrng, max(lens_q), max(lens_k))
     desc = (f"flash_attn_varlen_func lens_q={lens_q} lens_k={lens_k} nheads={nheads} nheads_k={nheads_k} "
             f"head_dim={head_dim} dtype={dtype} grads={grads} {opts}")
 
@@ -129,17 +130,17 @@ def _varlen_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, ca
     return desc, run
 
 
-def _kvcache_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
+def _kvcache_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
     """flash_attn_with_kvcache over a dense or paged cache (any page size) with per-sequence lengths."""
     dtype = rng.choice((torch.float16, torch.bfloat16))
     head_dim = rng.choice(HEAD_DIMS)
     nheads_k = rng.choice((1, 2))
     nheads = nheads_k * rng.choice((1, 2, 4))
-    batch, seqlen_q = rng.randint(1, 3), rng.choice((1, 1, 2, rng.randint(1, 16)))
-    lens = [rng.randint(seqlen_q, max(seqlen_q, max_len)) for _ in range(batch)]
-    capacity = max(lens) + rng.randint(0, 20)
+    batch, seqlen_q = lrng.randint(1, 3), lrng.choice((1, 1, 2, lrng.randint(1, 16)))
+    lens = [lrng.randint(seqlen_q, max(seqlen_q, max_len)) for _ in range(batch)]
+    capacity = max(lens) + lrng.randint(0, 20)
     page = rng.choice((None, None, 1, 16, 48, 64, 256))
-    opts = _options(rng, seqlen_q, capacity)
+    opts = _options(rng, lrng, seqlen_q, capacity)
     desc = (f"flash_attn_with_kvcache batch={batch} seqlen_q={seqlen_q} cache_seqlens={lens} capacity={capacity} "
             f"page_block_size={page} nheads={nheads} nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} {opts}")
 
@@ -180,12 +181,12 @@ MASK_MODS = {
 }
 
 
-def _flex_case(rng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
+def _flex_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
     dtype = rng.choice((torch.float16, torch.bfloat16))
     head_dim = rng.choice((16, 32, 64, 128))
     nheads_k = rng.choice((1, 2))
     nheads = nheads_k * rng.choice((1, 2))
-    batch, seqlen_q, seqlen_k = rng.randint(1, 2), rng.randint(1, max_len), rng.randint(1, max_len)
+    batch, seqlen_q, seqlen_k = lrng.randint(1, 2), lrng.randint(1, max_len), lrng.randint(1, max_len)
     mod = rng.choice(sorted(MASK_MODS))
     block = rng.choice(((32, 32), (64, 64), (32, 64), (128, 128)))
     desc = (f"flex_attention batch={batch} seqlen_q={seqlen_q} seqlen_k={seqlen_k} nheads={nheads} "
@@ -255,34 +256,53 @@ def _invalid_case(rng: random.Random) -> tuple[str, callable]:
 
 
 def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None = None,
-              verbose: bool = False) -> list[str]:
-    """Run `cases` cases of a seed; returns the failures, one reproducer line each."""
-    failures = []
+              verbose: bool = False, time_limit: float | None = None, progress: int = 0, pool: int | None = None,
+              shard: tuple[int, int] = (0, 1)) -> tuple[list[str], int]:
+    """Run `cases` cases of a seed (stopping early past time_limit seconds); returns (the failures, one
+    reproducer line each, printed as they happen; the number of cases run). pool: each case takes what
+    decides its compiled kernels (entry point, dtype, head dim, options) from one of `pool` drawn templates and
+    only its lengths and values of its own, so that a long run compiles a bounded set of variants. shard (w, n):
+    this process runs cases i with i % n == w (n processes compile in parallel)."""
+    failures, ran, start = [], 0, time.monotonic()
     for i in range(cases):
-        if only is not None and i != only:
+        if (only is not None and i != only) or i % shard[1] != shard[0]:
             continue
-        rng = random.Random(f"{seed}-{i}")
+        if time_limit is not None and time.monotonic() - start > time_limit:
+            break
+        if progress and ran and ran % progress == 0:
+            print(f"{ran} cases, {len(failures)} failures, {time.monotonic() - start:.0f} s", flush=True)
+        ran += 1
+        rng = lrng = random.Random(f"{seed}-{i}")
         torch.manual_seed(rng.randrange(2 ** 31))
+        if pool:
+            rng = random.Random(f"{seed}-template-{lrng.randrange(pool)}")
         if mode == "invalid":
             desc, run = _invalid_case(rng)
         else:
             make = rng.choice((_dense_case, _dense_case, _varlen_case, _kvcache_case, _flex_case))
-            desc, run = make(rng, max_len, rng.random() < 0.5)
-        repro = f"python scripts/fuzz.py --mode {mode} --seed {seed} --max-len {max_len} --only {i}  # {desc}"
+            desc, run = make(rng, lrng, max_len, rng.random() < 0.5)
+        pooled = f" --pool {pool}" if pool else ""
+        repro = f"python scripts/fuzz.py --mode {mode} --seed {seed} --max-len {max_len}{pooled} --only {i}  # {desc}"
         if verbose:
             print(repro, flush=True)
         try:
             result = run()
         except NAMED as e:
             if mode != "invalid":
-                failures.append(f"{repro}: {type(e).__name__}: {e}")
+                _fail(failures, f"{repro}: {type(e).__name__}: {e}")
             continue
         except Exception as e:  # noqa: BLE001 - every other error is a finding
-            failures.append(f"{repro}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
+            _fail(failures, f"{repro}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
             continue
         if mode == "invalid":
-            failures.append(f"{repro}: no error raised (returned {type(result).__name__})")
-    return failures
+            _fail(failures, f"{repro}: no error raised (returned {type(result).__name__})")
+    return failures, ran
+
+
+def _fail(failures: list[str], line: str) -> None:
+    # printed at once: a run cut by a time limit outside keeps what it found
+    print("FAIL", line, flush=True)
+    failures.append(line)
 
 
 def main() -> int:
@@ -293,14 +313,18 @@ def main() -> int:
     ap.add_argument("--max-len", type=int, default=300 if DEVICE == "cpu" else 4096)
     ap.add_argument("--only", type=int, default=None, help="rerun case N of the seed")
     ap.add_argument("--verbose", action="store_true", help="print each case before it runs")
+    ap.add_argument("--time-limit", type=float, default=None, help="stop drawing cases after this many seconds")
+    ap.add_argument("--progress", type=int, default=0, help="print a count every N cases")
+    ap.add_argument("--pool", type=int, default=None,
+                    help="draw each case's kernel variant from N templates (a bounded set of compiles)")
+    ap.add_argument("--shard", default="0/1", help="W/N: run the cases i with i %% N == W")
     args = ap.parse_args()
     if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         print("no CUDA GPU: run with TRITON_INTERPRET=1 for the CPU interpreter", file=sys.stderr)
         return 2
-    failures = run_cases(args.seed, args.cases, args.mode, args.max_len, args.only, args.verbose)
-    for line in failures:
-        print("FAIL", line)
-    ran = 1 if args.only is not None else args.cases
+    shard = tuple(int(x) for x in args.shard.split("/"))
+    failures, ran = run_cases(args.seed, args.cases, args.mode, args.max_len, args.only, args.verbose,
+                              args.time_limit, args.progress, args.pool, shard)
     print(f"{args.mode}: {ran} cases, {len(failures)} failures (seed {args.seed}, device {DEVICE})")
     return 1 if failures else 0
 
