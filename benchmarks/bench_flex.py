@@ -1,12 +1,14 @@
 """flashattn2.flex_attention against torch's FlexAttention (torch.compile'd) and flash_attn_func, issue 26's cells:
 32k tokens, 16 heads, head dim 128, bf16, one sequence. Masks: causal, a causal 4k sliding window, 8 packed causal
 documents (ids as a captured tensor), prefix-LM (8k prefix), random block-sparse at 25% density (a captured block
-table), and ALiBi and softcap as score_mods over causal (flashattn2's flex runs score_mods on its portable
-kernels; flash_attn_func takes them as alibi_slopes / softcap). flash_attn_func runs the masks it expresses (causal,
+table), and ALiBi and softcap as score_mods over causal (compiled into flashattn2's flex kernels;
+flash_attn_func takes them as alibi_slopes / softcap). flash_attn_func runs the masks it expresses (causal,
 window, ALiBi, softcap; the documents through flash_attn_varlen_func). Forward and backward timed apart, in the
 same run. TFLOP/s count the (query, key) pairs each mask lets through (4·d flops each forward, 2.5x that backward).
 
-    python benchmarks/bench_flex.py --out DIR [--masks causal documents] [--sweep]
+    python benchmarks/bench_flex.py --out DIR [--masks causal documents] [--sweep] [--head-dim 64 --dtype float16]
+
+--head-dim keeps the hidden size at 2048 (heads = 2048 / head dim); --dtype float16 or bfloat16 (the default).
 
 --sweep also times flashattn2's flex kernels over tile configurations (kernels.portable.flex.OVERRIDE) on the
 causal and documents masks, and reports the best per kernel. Writes DIR/<stem>.json and prints a table.
@@ -32,6 +34,7 @@ from flashattn2.kernels.portable import flex as flex_kernels
 
 DEVICE = "cuda"
 TOKENS, HEADS, HDIM, WINDOW, DOCS, PREFIX, DENSITY, SOFTCAP = 32768, 16, 128, 4096, 8, 8192, 0.25, 30.0
+DTYPE = torch.bfloat16
 BACKENDS = ["auto"]  # flashattn2 backends timed on the flex rows (--backends)
 MASKS = ("causal", "window", "documents", "prefix_lm", "block_sparse", "alibi", "softcap")
 SWEEP = {
@@ -148,7 +151,7 @@ def _run_mask(mask: str, q, k, v, compiled) -> list[dict]:
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     timings = {"flex": time_fwd_bwd(lambda: compiled(*leaves, score_mod=score_mod, block_mask=block_mask),
                                     leaves, warmup=25, rep=100)}
-    # flashattn2's flex: with a score_mod (ALiBi, softcap) on the portable kernels
+    # flashattn2's flex, a score_mod (ALiBi, softcap) compiled in
     flashattn2.flex._bits.clear()
     t0 = time.perf_counter()
     flashattn2.flex._mask_bits(block_mask, TOKENS, TOKENS)
@@ -185,7 +188,8 @@ def _run_mask(mask: str, q, k, v, compiled) -> list[dict]:
 
 def _save(args, rows: list[dict], sweep: list[dict]) -> None:
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                date=time.strftime("%Y-%m-%d"), tokens=TOKENS, heads=HEADS, head_dim=HDIM, window=WINDOW, docs=DOCS,
+                date=time.strftime("%Y-%m-%d"), tokens=TOKENS, heads=HEADS, head_dim=HDIM, dtype=str(DTYPE),
+                window=WINDOW, docs=DOCS,
                 prefix=PREFIX, density=DENSITY, softcap=SOFTCAP, flex_configs=flex_kernels.CONFIGS)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with open(Path(args.out) / f"{args.stem}.json", "w") as f:
@@ -199,7 +203,11 @@ def main():
     ap.add_argument("--masks", nargs="+", default=list(MASKS), choices=MASKS)
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--backends", nargs="+", default=["auto"], choices=["auto", "gluon", "triton"])
+    ap.add_argument("--head-dim", type=int, default=128, choices=[64, 128, 256])
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     args = ap.parse_args()
+    global HEADS, HDIM, DTYPE
+    HDIM, HEADS, DTYPE = args.head_dim, 2048 // args.head_dim, getattr(torch, args.dtype)
     BACKENDS[:] = args.backends
     # Flex's compiled backward donates buffers, which forbids the retain_graph=True the timing loop needs
     torch._functorch.config.donated_buffer = False
@@ -207,7 +215,7 @@ def main():
     torch._dynamo.config.recompile_limit = 64
     torch.manual_seed(0)
     # Flex's layout (batch, heads, seqlen, dim); flash_attn_func gets transposed copies
-    q, k, v = (torch.randn(1, HEADS, TOKENS, HDIM, device=DEVICE, dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(1, HEADS, TOKENS, HDIM, device=DEVICE, dtype=DTYPE) for _ in range(3))
     compiled = torch.compile(flex_attention)
     rows, sweep = [], []
     for mask in args.masks:

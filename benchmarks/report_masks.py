@@ -22,7 +22,9 @@ def markdown(result: dict) -> str:
         "causal documents (flash_attn: flash_attn_varlen_func; Flex: a document mask)." + (
             f" prefix_lm: causal with a {meta['prefix']}-key prefix every query sees; block_sparse: random 128 x 128 "
             f"blocks at {meta['density']:.0%} density plus the diagonal; alibi / softcap: causal with the score_mod "
-            f"(flash_attn_func: alibi_slopes / softcap={meta['softcap']}; flashattn2's flex: the portable kernels). "
+            f"(flash_attn_func: alibi_slopes / softcap={meta['softcap']}; flashattn2's flex: compiled into the "
+            "Gluon kernels on Hopper, the portable ones elsewhere; before 2026-11-25f the portable ones "
+            "everywhere). "
             "flashattn2-flex: flashattn2.flex_attention under the auto backend (the Gluon kernels on Hopper where "
             "they take the call), -triton: the portable kernels." if "prefix" in meta else ""), "",
         "| mask | implementation | fwd TFLOP/s | bwd TFLOP/s | fwd / Flex | bwd / Flex |",

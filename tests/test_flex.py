@@ -145,7 +145,11 @@ def test_flex_errors_name_the_problem():
 
 
 def _hopper():
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+    # where the Gluon kernels run flex calls: an sm_90 GPU, unless FLASHATTN2_BACKEND=triton keeps them off
+    from flashattn2.kernels.backends import get_backend
+
+    return (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+            and get_backend() != "triton")
 
 
 @pytest.mark.gpu
@@ -182,6 +186,42 @@ def test_flex_hopper_kernels(head_dim, dtype):
     ref, _ = flex_attention_ref(q, k, v)
     pt, _ = flex_attention_ref(q, k, v, upcast=False)
     assert_close_to_ref("out", out, ref, pt, FWD_FACTOR)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim,dtype", [(128, torch.bfloat16), (64, torch.float16), (256, torch.bfloat16)])
+@pytest.mark.parametrize("mod", ["alibi", "softcap", "bias_table"])
+def test_flex_hopper_score_mods(mod, head_dim, dtype):
+    # score_mods compiled into the Gluon kernels (ScoreMod) on whole 128-blocks: a captured slope table, softcap
+    # (its derivative in the backward), a relative-position bias table; partial, full and empty blocks, GQA,
+    # seqlen_q != seqlen_k, forward and gradients against float64
+    from flashattn2.kernels.backends import flex_backward_backend, flex_forward_backend
+
+    torch.manual_seed(9)
+    batch, heads, heads_k, seqlen_q, seqlen_k = 2, 4, 2, 256, 512
+    q = randn(batch, heads, seqlen_q, head_dim, dtype=dtype)
+    k, v = (randn(batch, heads_k, seqlen_k, head_dim, dtype=dtype) for _ in range(2))
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], device=DEVICE)
+    table = torch.randn(heads, 64, device=DEVICE)
+
+    def alibi(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx - 256)
+
+    def softcap(score, b, h, q_idx, kv_idx):
+        return 5.0 * torch.tanh(score / 5.0)
+
+    def bias_table(score, b, h, q_idx, kv_idx):
+        return score + table[h, (kv_idx - q_idx - 256).clamp(-32, 31) + 32]
+
+    def mask_mod(b, h, q_idx, kv_idx):  # causal, the queries the last 256 keys, and a window of 300
+        return (kv_idx <= q_idx + 256) & (q_idx + 256 - kv_idx < 300)
+
+    block_mask = flashattn2.create_block_mask(mask_mod, None, None, seqlen_q, seqlen_k, device=DEVICE)
+    for choose in (flex_forward_backend, flex_backward_backend):
+        backend, why = choose(q, k, v, block_mask)
+        assert (backend == "gluon-sm90") == _hopper(), why
+    score_mod = dict(alibi=alibi, softcap=softcap, bias_table=bias_table)[mod]
+    _check(q, k, v, mask_mod, None, None, 128, enable_gqa=True, grads=True, score_mod=score_mod)
 
 
 @pytest.mark.gpu

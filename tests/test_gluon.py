@@ -78,6 +78,10 @@ VARIANTS = [
     (128, torch.bfloat16, {"BWD": True, "BLOCK_SPARSE": True, "MAY_SPILL": True}),
     (64, torch.float16, {"BWD": True, "BLOCK_SPARSE": True, "MAY_SPILL": True}),
     (256, torch.bfloat16, {"BWD": True, "BLOCK_SPARSE": True}),
+    # with a score_mod compiled in (ScoreMod): ALiBi from a captured slope table forward, softcap backward; both
+    # spill under triton 3.6 (760 and 272 bytes, benchmarks/NOTES.md)
+    (128, torch.bfloat16, {"BLOCK_SPARSE": True, "REVERSE_M": True, "MOD_ALIBI": True, "MAY_SPILL": True}),
+    (128, torch.bfloat16, {"BWD": True, "BLOCK_SPARSE": True, "MOD_SOFTCAP": True, "MAY_SPILL": True}),
 ]
 
 
@@ -93,11 +97,16 @@ _COMPILE = """
 import sys, torch
 from triton.backends.nvidia.compiler import get_ptxas
 from flashattn2.kernels.sm90 import backward as bwd_sm90, forward as fwd_sm90
+from flashattn2.score_mod import compile_score_mod
 out, head_dim, dtype, flags = sys.argv[1], int(sys.argv[2]), getattr(torch, sys.argv[3]), sys.argv[4:]
 module = bwd_sm90 if "BWD" in flags else fwd_sm90
-flags = dict(f.split("=") if "=" in f else (f, 1) for f in flags if f != "BWD")
+slopes = torch.rand(16)
+mods = dict(MOD_ALIBI=lambda score, b, h, q_idx, kv_idx: score + slopes[h] * (kv_idx - q_idx),
+            MOD_SOFTCAP=lambda score, b, h, q_idx, kv_idx: 30.0 * torch.tanh(score / 30.0))
+mod = next((compile_score_mod(mods[f], "cpu") for f in flags if f in mods), None)
+flags = dict(f.split("=") if "=" in f else (f, 1) for f in flags if f != "BWD" and f not in mods)
 flags = {k: bool(int(v)) if v in (1, "0", "1") else int(v) for k, v in flags.items()}  # STAGES=2: a number
-open(out, "w").write(module.compile_for_sm90(head_dim, dtype, **flags).asm["ptx"])
+open(out, "w").write(module.compile_for_sm90(head_dim, dtype, score_mod=mod, **flags).asm["ptx"])
 sys.stdout.write(get_ptxas(90).path)
 """
 

@@ -16,7 +16,10 @@ def _apply(Score, B, H, Q, K, Out, Grad, n, fn: tl.constexpr, grad: tl.constexpr
     offs = tl.arange(0, 128)
     keep = offs < n
     score = tl.load(Score + offs, mask=keep, other=0.0)
-    b, h, q, k = (tl.load(X + offs, mask=keep, other=0) for X in (B, H, Q, K))
+    b = tl.load(B + offs, mask=keep, other=0)
+    h = tl.load(H + offs, mask=keep, other=0)
+    q = tl.load(Q + offs, mask=keep, other=0)
+    k = tl.load(K + offs, mask=keep, other=0)
     tl.store(Out + offs, fn(score, b, h, q, k, captures), mask=keep)
     tl.store(Grad + offs, grad(score, b, h, q, k, captures), mask=keep)
 

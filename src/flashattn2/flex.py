@@ -6,7 +6,7 @@ What runs today (docs/flex.md): a `block_mask` made by `create_block_mask` from 
 closures over captured tensors included), forward and backward, fp16/bf16, head dims up to 256, GQA with
 enable_gqa, seqlen_q != seqlen_k. Key blocks the mask leaves out are never visited, full blocks skip the mask bits,
 partial blocks read one bit per (query, key) that mask_mod gave once per block mask. A `score_mod` is compiled
-into the portable kernels (flashattn2.score_mod), its derivative too for the backward.
+(flashattn2.score_mod) into the kernels that run the call, Gluon or portable, its derivative too for the backward.
 """
 
 from collections.abc import Callable

@@ -153,8 +153,9 @@ class _Emitter:
             if node.op == "output":
                 (result,) = node.args
                 value = self.arg(result[0] if isinstance(result, (list, tuple)) else result)
-                # a tile of the score's shape even where the value is a constant (the derivative of score + bias)
-                self.lines.append(f"return (tl.zeros_like(score) + {value}).to(tl.float32)")
+                # a tile of the score's shape even where the value is a constant (the derivative of score + bias);
+                # a where() broadcasts in Gluon kernels too, which zeros_like (no layout) does not
+                self.lines.append(f"return tl.where(score == score, {value}, {value}).to(tl.float32)")
                 continue
             target = node.target
             args = node.args

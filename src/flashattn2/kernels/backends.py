@@ -182,15 +182,15 @@ def _flex_module(gluon: bool):
 
 
 def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, scale: float, bits, mod=None):
-    """(out, lse) of a flex_attention forward on the backend flex_forward_backend picks; a score_mod (mod, a
-    score_mod.CompiledMod) runs on the portable kernels."""
-    if mod is None and flex_forward_backend(q, k, v, block_mask)[0] == "gluon-sm90":
-        return _flex_module(True).flex_forward(q, k, v, block_mask, scale, bits)
+    """(out, lse) of a flex_attention forward on the backend flex_forward_backend picks (mod: a
+    score_mod.CompiledMod or None)."""
+    if flex_forward_backend(q, k, v, block_mask)[0] == "gluon-sm90":
+        return _flex_module(True).flex_forward(q, k, v, block_mask, scale, bits, mod)
     return _flex_module(False).flex_forward(q, k, v, block_mask, scale, bits, mod)
 
 
 def flex_backward(dout, q, k, v, out, lse, block_mask, scale: float, bits, q_ids, mod=None):
     """(dq, dk, dv) of a flex_attention call on the backend flex_backward_backend picks (mod as flex_forward's)."""
-    if mod is None and flex_backward_backend(q, k, v, block_mask)[0] == "gluon-sm90":
-        return _flex_module(True).flex_backward(dout, q, k, v, out, lse, block_mask, scale, bits, q_ids)
+    if flex_backward_backend(q, k, v, block_mask)[0] == "gluon-sm90":
+        return _flex_module(True).flex_backward(dout, q, k, v, out, lse, block_mask, scale, bits, q_ids, mod)
     return _flex_module(False).flex_backward(dout, q, k, v, out, lse, block_mask, scale, bits, q_ids, mod)

@@ -31,11 +31,13 @@ from .common import (
     _SCALAR,
     WG_M,
     BlockLists,
+    ScoreMod,
     WorkGrid,
     _value,
     compile_gluon,
     descriptor,
     free_phase,
+    mod_signature,
     p_layout,
     ready_phase,
     sm90_declines,
@@ -260,8 +262,8 @@ def _dq_tile(it, dst16, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores
 
 @gluon.jit
 def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-          window_left, window_right, alibi_slope, lists: BlockLists, visit, WG: gl.constexpr, BLOCK_M: gl.constexpr,
-          BLOCK_D: gl.constexpr,
+          window_left, window_right, alibi_slope, lists: BlockLists, visit, mod: ScoreMod, WG: gl.constexpr,
+          BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
           STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
           HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, DQ_ROWS: gl.constexpr):
     """One (Q, dO) tile into this warpgroup's dK, dV (and its columns of dQ): the contract of
@@ -285,6 +287,8 @@ def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
         start_m = lists.tile_start(visit, tile, BLOCK_M)
     offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
+    raw = st  # a score_mod's derivative is taken at the raw scores
+    st = mod.scores(st, offs_m[None, :], offs_n[:, None])
     if lists.on and MASKED:  # a block mask's bits; its tiles hold no window edge or sequence end
         st = lists.mask(st, visit, tile, offs_n, BLOCK_M)
     st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
@@ -307,6 +311,8 @@ def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
     dst = pt * (dpt - delta[None, :])
     if HAS_SOFTCAP:
         dst = dst * (1.0 - tanht * tanht)
+    if mod.on:
+        dst = dst * mod.derivative(raw, offs_m[None, :], offs_n[:, None])
     dst16 = dst.to(q_tile.dtype)
     dst_op = gl.convert_layout(dst16, p_layout(BLOCK_D))
     dk_tok = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
@@ -320,7 +326,7 @@ def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
 
 @gluon.jit
 def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-               window_left, window_right, alibi_slope, lists: BlockLists, visit, WG: gl.constexpr,
+               window_left, window_right, alibi_slope, lists: BlockLists, visit, mod: ScoreMod, WG: gl.constexpr,
                BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
                STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
                HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr):
@@ -353,6 +359,8 @@ def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_
         start_m = lists.tile_start(visit, tile, BLOCK_M)
     offs_m = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(0, s_layout))
     st = warpgroup_mma_wait(1, deps=[st_tok])
+    raw = st  # a score_mod's derivative is taken at the raw scores
+    st = mod.scores(st, offs_m[None, :], offs_n[:, None])
     if lists.on and MASKED:  # a block mask's bits; its tiles hold no window edge or sequence end
         st = lists.mask(st, visit, tile, offs_n, BLOCK_M, WG * HALF_M)
     st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
@@ -369,6 +377,8 @@ def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_
     dst = pt * (dpt - delta[None, :])
     if HAS_SOFTCAP:
         dst = dst * (1.0 - tanht * tanht)
+    if mod.on:
+        dst = dst * mod.derivative(raw, offs_m[None, :], offs_n[:, None])
     sm.ds.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(dst.to(q_tile.dtype), [1, 0]))
     fence_async_shared()
     mbarrier.arrive(sm.ds_ready.index(buf), count=1)
@@ -393,24 +403,26 @@ def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_
 
 @gluon.jit
 def _tile(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-          window_left, window_right, alibi_slope, lists: BlockLists, visit, WG: gl.constexpr, BLOCK_M: gl.constexpr,
-          BLOCK_D: gl.constexpr,
+          window_left, window_right, alibi_slope, lists: BlockLists, visit, mod: ScoreMod, WG: gl.constexpr,
+          BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
           STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
           HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr,
           DQ_ROWS: gl.constexpr):
     if SPLIT_D:
         dk, dv = _step_cols(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-                            window_left, window_right, alibi_slope, lists, visit, WG, BLOCK_M, BLOCK_D, STAGES,
+                            window_left, window_right, alibi_slope, lists, visit, mod, WG, BLOCK_M, BLOCK_D,
+                            STAGES,
                             HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
     else:
         dk, dv = _step(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
-                       window_left, window_right, alibi_slope, lists, visit, WG, BLOCK_M, BLOCK_D, STAGES,
+                       window_left, window_right, alibi_slope, lists, visit, mod, WG, BLOCK_M, BLOCK_D, STAGES,
                        HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ, DQ_ROWS)
     return dk, dv
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: BlockLists, dq_desc, dK, dV,
+def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: BlockLists, mod: ScoreMod, dq_desc,
+              dK, dV,
               AlibiSlopes, stride_dkb,
               stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
@@ -451,8 +463,8 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
                 for r in gl.static_range(3):
                     for start_m in range(bounds[r], bounds[r + 1], BLOCK_M):
                         dk, dv = _tile(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, q_start, off_h, offs_n, n_rows,
-                                       n_keys, grid.window_left, grid.window_right, alibi_slope, lists, bounds[4], WG,
-                                       BLOCK_M, BLOCK_D,
+                                       n_keys, grid.window_left, grid.window_right, alibi_slope, lists, bounds[4],
+                                       mod.at(off_b, off_h), WG, BLOCK_M, BLOCK_D,
                                        STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D,
                                        DQ_ROWS)
                         it += 1
@@ -497,6 +509,7 @@ def attention_bwd_sm90_kernel(
     SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr,
     QNum=None, QIndices=None, PartialIds=None, FullNum=None, FullIndices=None, MaskBits=None, stride_num=None,
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
+    MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
     portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
@@ -509,7 +522,8 @@ def attention_bwd_sm90_kernel(
 
     Block-sparse mode (QNum given; flex_attention): each key tile visits the query blocks of a BlockMask's q view
     for each query head (BlockLists with BY_KEY), partial blocks masked by MaskBits; arguments as the forward's.
-    Lse is FlexAttention's (-inf for rows that see no key)."""
+    Lse is FlexAttention's (-inf for rows that see no key). A score_mod (MOD_FN and its derivative MOD_GRAD,
+    captures: its tensors; qk_scale then log2(e)) applies as in the forward, with dS times its derivative."""
     stride_dkb, stride_dkn, stride_dkh = stride_dk
     stride_dvb, stride_dvn, stride_dvh = stride_dv
     stride_lse_b, stride_lse_h = stride_lse
@@ -573,13 +587,14 @@ def attention_bwd_sm90_kernel(
     sm = BwdSmem(k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar, kv_empty,
                  q_ready, do_ready, empty, p_ready, ds_ready)
     sc = Scores(qk_scale, softmax_scale, softcap_in2, softcap_out)
+    mod = ScoreMod(MOD_FN, MOD_GRAD, captures, softmax_scale)
     gl.warp_specialize([
         (_producer, (q_desc, k_desc, v_desc, do_desc, sm, Lse, Delta, stride_lse_b, stride_lse_h, grid, lists, BLOCK_M,
                      BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN)),
-        (_consumer, (0, sm, sc, grid, lists, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh,
+        (_consumer, (0, sm, sc, grid, lists, mod, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh,
                      stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
                      HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
-        (_consumer, (1, sm, sc, grid, lists, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh,
+        (_consumer, (1, sm, sc, grid, lists, mod, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh,
                      stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
                      HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
@@ -689,9 +704,9 @@ class Sm90Backward:
 SPARSE_LISTS = ("QNum", "QIndices", "PartialIds", "FullNum", "FullIndices", "MaskBits")
 
 
-def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
+def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_mod=None, **flags: bool):
     """forward.compile_for_sm90 for this kernel; FUSED_DQ=False compiles the deterministic dK/dV-only one,
-    BLOCK_SPARSE=True the block-sparse mode."""
+    BLOCK_SPARSE=True the block-sparse mode (score_mod: a score_mod.CompiledMod with it)."""
     fused = flags.get("FUSED_DQ", True)
     constants = dict((CONFIGS if fused else CONFIGS_DKDV)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, SPARSE_Q=128, SPARSE_KV=128)
@@ -705,6 +720,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
                  AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
     if block_sparse:
         types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
+    mod_signature(score_mod, constants, types)
     descriptors = dict(q_desc=block_m, k_desc=64, v_desc=64, do_desc=block_m)
     if fused:
         block = dq_block(constants, head_dim)

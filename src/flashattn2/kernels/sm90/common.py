@@ -190,6 +190,52 @@ class BlockLists:
         return s
 
 
+@aggregate
+class ScoreMod:
+    """FlexAttention's score_mod in the Gluon kernels (flex calls only): score_mod.compile_score_mod's @triton.jit
+    functions (`fn`, its derivative `grad`), their captured tensors' pointers, the softmax scale the mod's input
+    carries, and the (batch, query head) of the scores at hand (`at` sets them per work item / head). `on` is
+    False (fn None) in every other call, where nothing here is traced."""
+    fn: gl.constexpr
+    grad: gl.constexpr
+    captures: (gl.tuple, gl.constexpr)
+    scale: _SCALAR
+    off_b: _SCALAR
+    off_h: _SCALAR
+    on: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, fn, grad, captures, scale, off_b=0, off_h=0):
+        self.fn = gl.constexpr(fn)
+        self.grad = gl.constexpr(grad)
+        self.captures = captures if isinstance(captures, gl.tuple) else _value(captures)
+        self.scale = _value(scale)
+        self.off_b = _value(off_b)
+        self.off_h = _value(off_h)
+        self.on = gl.constexpr(self.fn.value is not None)
+
+    @gluon.jit
+    def at(self, off_b, off_h):
+        """This mod for the scores of sequence off_b, query head off_h."""
+        return ScoreMod(self.fn, self.grad, self.captures, self.scale, off_b, off_h)
+
+    @gluon.jit
+    def scores(self, s, q_idx, k_idx):
+        """Raw q.k scores -> score_mod(q.k scale, b, h, q_idx, k_idx) in natural units (the caller's qk_scale is
+        log2(e)); unchanged when off. q_idx and k_idx come pre-broadcast, either way round."""
+        if self.on:
+            s = self.fn(s * self.scale, self.off_b, self.off_h, q_idx, k_idx, self.captures)
+        return s
+
+    @gluon.jit
+    def derivative(self, s, q_idx, k_idx):
+        """d score_mod / d score at raw q.k scores s (dS's factor in the backward): 1.0 when off."""
+        d = 1.0
+        if self.on:
+            d = self.grad(s * self.scale, self.off_b, self.off_h, q_idx, k_idx, self.captures)
+        return d
+
+
 @gluon.jit
 def ready_phase(count, SLOTS: gl.constexpr):
     """The phase to wait for on the "full" barrier of use `count` of a ring of SLOTS buffers (an mbarrier's phase
@@ -248,6 +294,21 @@ def descriptor(x: torch.Tensor, block: list[int], layout) -> TensorDescriptor:
 TUPLE_STRIDES = {"stride_o": 2, "stride_lse": 2, "stride_dk": 3, "stride_dv": 3, "stride_num": 2, "stride_idx": 3}
 
 
+_POINTER_TYPES = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.int32: "*i32",
+                  torch.int64: "*i64", torch.int16: "*i16", torch.int8: "*i8", torch.uint8: "*u8", torch.bool: "*i1"}
+
+
+def mod_signature(mod, constants: dict, types: dict) -> None:
+    """A compile-only signature's score_mod arguments (ScoreMod): none (mod None) or a CompiledMod's functions and
+    its captured tensors' pointer types."""
+    constants.update(MOD_FN=None if mod is None else mod.fn, MOD_GRAD=None if mod is None else mod.grad)
+    if mod is None:
+        constants["captures"] = None
+    else:
+        types["captures"] = tuple(_POINTER_TYPES[t.dtype] for t in mod.captures)
+    types["mod_scale"] = "fp32"
+
+
 def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[str, int], types: dict[str, str],
                   constants: dict, maxnreg: int):
     """Compile a Gluon kernel of these modules for sm_90 without a GPU (`triton.compile` with a CUDA target).
@@ -262,7 +323,7 @@ def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[s
         block = rows if isinstance(rows, list) else [1, rows, 1, head_dim]
         layout = shared_layout(block, dtype)
         types[name] = f"tensordesc<{type_name}[{','.join(map(str, block))}],{layout!r}>"
-    types = {name: t.replace("DTYPE", type_name) for name, t in types.items()}
+    types = {name: t if isinstance(t, tuple) else t.replace("DTYPE", type_name) for name, t in types.items()}
     names = kernel.arg_names
     # stride_* arguments not typed otherwise are int32 tuples of the length their TUPLE_STRIDES entry gives
     signature = {n: "constexpr" if n in constants else types.get(n, ("i32",) * TUPLE_STRIDES[n] if n in TUPLE_STRIDES

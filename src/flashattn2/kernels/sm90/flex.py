@@ -25,6 +25,11 @@ from .gluon_api import shared_layout
 # the dense kernel's keys that place its items (a flex launch runs one program per item, two consumers)
 _GRID_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS", "ITEM_COST")
 CONSUMERS = 2
+_LOG2E = 1.4426950408889634
+# the backward's tiles with a score_mod, where they differ from the dense ones: at head dim 64 the mod's arithmetic
+# beside 128-row query tiles spilled 1.5-2 KB (sm_90, triton 3.6), and ALiBi's backward ran at 0.65x Flex; 64-row
+# tiles spill 0-24 bytes (benchmarks/NOTES.md)
+MOD_BWD_TUNING = {64: dict(BLOCK_M=64, DQ_ROWS=False)}
 ITEM_ROWS = CONSUMERS * int(WG_M)
 
 
@@ -45,9 +50,18 @@ def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask)
     return None
 
 
+def _mod_args(mod, scale: float) -> dict:
+    """The Gluon kernels' score_mod arguments (sm90.common.ScoreMod) and their qk_scale: a mod's scores come in
+    natural units, so only log2(e) remains to apply."""
+    if mod is None:
+        return dict(qk_scale=scale * _LOG2E)
+    return dict(qk_scale=_LOG2E, MOD_FN=mod.fn, MOD_GRAD=mod.grad, captures=mod.captures)
+
+
 def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, scale: float,
-                 bits: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """portable.flex.flex_forward's contract on the Gluon forward, for calls can_implement took."""
+                 bits: tuple[torch.Tensor, torch.Tensor], mod=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """portable.flex.flex_forward's contract on the Gluon forward, for calls can_implement took (mod: a
+    score_mod.CompiledMod or None)."""
     batch, nheads, seqlen_q, head_dim = q.shape
     nheads_k, seqlen_k = k.shape[1], k.shape[2]
     out = common.empty(q.shape, q.dtype, q.device)
@@ -72,12 +86,12 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
     named = dict(
         stride_o=(ot.stride(1), ot.stride(2)), stride_lse=(lse.stride(0), lse.stride(1)), stride_alibi_b=0,
         batch=batch, nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=0,
-        total_k=0, qk_scale=scale * 1.4426950408889634, window_left=0, window_right=0, softcap_in2=0.0,
-        softcap_out=0.0, section=section, HAS_LEFT=False, HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False,
-        HAS_ALIBI=False, REVERSE_M=True, IS_FP8=False, **tuning,
+        total_k=0, window_left=0, window_right=0, softcap_in2=0.0, softcap_out=0.0, section=section, HAS_LEFT=False,
+        HAS_RIGHT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=True, IS_FP8=False, **tuning,
         KvNum=tensors[0], KvIndices=tensors[1], PartialIds=tensors[2], FullNum=tensors[3], FullIndices=tensors[4],
         MaskBits=words if words.numel() else tensors[0], stride_num=strides["stride_num"][:2],
-        stride_idx=strides["stride_idx"], SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv)
+        stride_idx=strides["stride_idx"], SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv, mod_scale=scale,
+        **_mod_args(mod, scale))
     # a Launch made per call (the lists are tensors among the named arguments): Triton's own path each time
     attend = Launch(attention_fwd_sm90_kernel, (cdiv(seqlen_q, ITEM_ROWS) * batch * nheads, 1, 1), (), named,
                     num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG[CONSUMERS]))
@@ -105,7 +119,7 @@ def can_implement_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bl
 
 def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                   lse: torch.Tensor, block_mask, scale: float, bits: tuple[torch.Tensor, torch.Tensor],
-                  q_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  q_ids: torch.Tensor, mod=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """portable.flex.flex_backward's contract on the Gluon backward (dQ summed by bulk reduce-adds into an fp32
     buffer, so not bitwise repeatable), for calls can_implement_backward took."""
     batch, nheads, seqlen_q, head_dim = q.shape
@@ -117,7 +131,7 @@ def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     dout = dout if dout.stride(-1) == 1 and dout.data_ptr() % 16 == 0 else dout.contiguous()
     dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     delta = row_deltas(out, dout, dq_acc)  # (batch, heads, seqlen_q) like lse; dq_acc zeroed
-    tuning = dict(BWD_CONFIGS[head_dim])
+    tuning = dict(BWD_CONFIGS[head_dim], **(MOD_BWD_TUNING.get(head_dim, {}) if mod is not None else {}))
     del tuning["PERSISTENT"], tuning["L2_SECTIONS"]  # one program per item, in plain order
     keys = int(WG_M) if tuning["SPLIT_D"] else 2 * int(WG_M)
     q_block, kv_block = [1, tuning["BLOCK_M"], 1, head_dim], [1, int(WG_M), 1, head_dim]
@@ -132,12 +146,12 @@ def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     named = dict(
         stride_dk=dkt.stride()[:3], stride_dv=dvt.stride()[:3], stride_lse=(lse.stride(0), lse.stride(1)),
         stride_alibi_b=0, nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=0,
-        total_k=0, qk_scale=scale * 1.4426950408889634, softmax_scale=scale, window_left=0, window_right=0,
+        total_k=0, softmax_scale=scale, window_left=0, window_right=0,
         softcap_in2=0.0, softcap_out=0.0, num_tiles=num_tiles, section=1, HAS_LEFT=False, HAS_RIGHT=False,
         IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, **tuning,
         QNum=tensors[0], QIndices=tensors[1], PartialIds=tensors[2], FullNum=tensors[3], FullIndices=tensors[4],
         MaskBits=words if words.numel() else tensors[0], stride_num=strides["stride_num"][:2],
-        stride_idx=strides["stride_idx"], SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv)
+        stride_idx=strides["stride_idx"], SPARSE_Q=sparse_q, SPARSE_KV=sparse_kv, **_mod_args(mod, scale))
     attend = Launch(attention_bwd_sm90_kernel, (num_tiles, 1, 1), (), named, num_warps=4, num_stages=1,
                     options=dict(maxnreg=BWD_MAXNREG))
     attend(descriptor(qt, q_block, q_layout), descriptor(kt, kv_block, kv_layout),

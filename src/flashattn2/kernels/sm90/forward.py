@@ -42,10 +42,12 @@ from ..portable.v_layout import RELABEL_KEYS, v_keys_last
 from .common import (
     WG_M,
     BlockLists,
+    ScoreMod,
     WorkGrid,
     compile_gluon,
     descriptor,
     free_phase,
+    mod_signature,
     p_layout,
     ready_phase,
     sm90_declines,
@@ -348,20 +350,26 @@ def _v_tile(v_smem, stage, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, IS_FP8:
 
 @gluon.jit
 def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
-           softcap_out, alibi_slope, lists: BlockLists, visit, dtype: gl.constexpr, BLOCK_N: gl.constexpr,
+           softcap_out, alibi_slope, lists: BlockLists, visit, mod: ScoreMod, dtype: gl.constexpr,
+           BLOCK_N: gl.constexpr,
            BLOCK_D: gl.constexpr,
            HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
            MASKED: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
     """Raw scores of one tile -> P (dtype, in the PV matmul's A-operand layout; FP8: as computed, for its
     shared buffer), alpha, new m_i, l_i. With a block mask, start_n is the visit tile's place (BLOCK_N apart) and
-    only partial blocks' bits mask (the plan takes whole blocks only: no sequence end inside one)."""
-    offs_n = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+    only partial blocks' bits mask (the plan takes whole blocks only: no sequence end inside one); a score_mod
+    (mod.on) applies before the mask, and any of its tiles may hold -inf."""
+    key0 = start_n
+    if lists.on and mod.on:
+        key0 = lists.tile_start(visit, start_n // BLOCK_N, BLOCK_N)  # the keys' own positions, for the mod
+    offs_n = key0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+    s = mod.scores(s, offs_m[:, None], offs_n[None, :])
     if lists.on and MASKED:
         s = lists.mask(s, visit, start_n // BLOCK_N, offs_m, BLOCK_N)
     s, scale, _ = score_tail(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left,
                              window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                              HAS_ALIBI, MASKED and not lists.on)
-    p, alpha, m_i, l_i = online_softmax_update(s, m_i, l_i, scale, MASKED, P_SHIFT)
+    p, alpha, m_i, l_i = online_softmax_update(s, m_i, l_i, scale, MASKED or mod.on, P_SHIFT)
     if IS_FP8:
         p = p.to(dtype)
     else:
@@ -423,7 +431,7 @@ def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
 
 @gluon.jit
 def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm: FwdSmem, p_smem, offs_m, seqlen_q, seqlen_k, qk_scale,
-          window_left, window_right, softcap_in2, softcap_out, alibi_slope, lists: BlockLists, visit,
+          window_left, window_right, softcap_in2, softcap_out, alibi_slope, lists: BlockLists, visit, mod: ScoreMod,
           WG: gl.constexpr, BLOCK_N: gl.constexpr,
           BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
           HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr, MASKED: gl.constexpr,
@@ -444,7 +452,7 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm: FwdSmem, p_smem, off
     s = warpgroup_mma_wait(1, deps=[s_tok])
     mbarrier.arrive(sm.kv_empty.index(stage), count=1)
     p_next, alpha, m_i, l_i = _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left,
-                                     window_right, softcap_in2, softcap_out, alibi_slope, lists, visit,
+                                     window_right, softcap_in2, softcap_out, alibi_slope, lists, visit, mod,
                                      q_tile.dtype, BLOCK_N,
                                      BLOCK_D, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, IS_FP8, P_SHIFT)
     p_next = _keep_p(p_next, p_smem, it, IS_FP8)
@@ -457,7 +465,7 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm: FwdSmem, p_smem, off
 @gluon.jit
 def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi,
             qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, lists: BlockLists, visit,
-            WG: gl.constexpr,
+            mod: ScoreMod, WG: gl.constexpr,
             BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
             HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr,
             IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
@@ -480,7 +488,8 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(sm.kv_empty.index(stage), count=1)
         p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-                                softcap_in2, softcap_out, alibi_slope, lists, visit, q_tile.dtype, BLOCK_N, BLOCK_D,
+                                softcap_in2, softcap_out, alibi_slope, lists, visit, mod, q_tile.dtype, BLOCK_N,
+                                BLOCK_D,
                                 HAS_LEFT,
                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, IS_FP8, P_SHIFT)
         p = _keep_p(p, p_smem, it, IS_FP8)
@@ -497,7 +506,8 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
                 for start_n in range(bounds[r], bounds[r + 1], BLOCK_N):
                     acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm, p_smem, offs_m,
                                              seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
-                                             softcap_out, alibi_slope, lists, visit, WG, BLOCK_N, BLOCK_D, STAGES,
+                                             softcap_out, alibi_slope, lists, visit, mod, WG, BLOCK_N, BLOCK_D,
+                                             STAGES,
                                              HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, r != 1, IS_FP8,
                                              P_SHIFT)
                     it += 1
@@ -517,7 +527,7 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
 @gluon.jit
 def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale,
               stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid: WorkGrid, lists: BlockLists,
-              qk_scale, softcap_in2,
+              mod: ScoreMod, qk_scale, softcap_in2,
               softcap_out, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
               REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr,
@@ -556,7 +566,8 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
             mbarrier.wait(sm.q_bar.index(qs), ready_phase(done, Q_STAGES))
             acc, m_i, l_i, it, turns = _attend(q_tile, sm, p_smem, it, turns, offs_m, n_rows, n_keys, n_lo, n_full_lo,
                                                n_full_hi, n_hi, tile_scale, grid.window_left, grid.window_right,
-                                               tile_softcap_in2, softcap_out, alibi_slope, lists, visit, WG, BLOCK_N,
+                                               tile_softcap_in2, softcap_out, alibi_slope, lists, visit,
+                                               mod.at(off_b, off_h), WG, BLOCK_N,
                                                BLOCK_D, STAGES,
                                                HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, IS_FP8, P_SHIFT)
             if SEPARATE_O:
@@ -613,6 +624,7 @@ def attention_fwd_sm90_kernel(
     Q_STAGES: gl.constexpr, LAZY_O_WAIT: gl.constexpr,
     KvNum=None, KvIndices=None, PartialIds=None, FullNum=None, FullIndices=None, MaskBits=None, stride_num=None,
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
+    MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, mod_scale=1.0,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -626,7 +638,8 @@ def attention_fwd_sm90_kernel(
     Block-sparse mode (KvNum given; flex_attention): each item visits the key blocks of a BlockMask's lists (see
     BlockLists; stride_num: the counts' (batch, head) strides, stride_idx: the lists' (batch, head, query block)
     ones), partial blocks masked by MaskBits; SPARSE_Q / SPARSE_KV its block sizes. Lse is -inf for rows that see
-    no key, as FlexAttention gives."""
+    no key, as FlexAttention gives. A score_mod (MOD_FN, see ScoreMod; captures: its tensors, mod_scale: the
+    softmax scale, qk_scale then log2(e)) applies to every score before the mask."""
     stride_om, stride_oh = stride_o
     stride_lse_b, stride_lse_h = stride_lse
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
@@ -639,6 +652,7 @@ def attention_fwd_sm90_kernel(
     else:
         lists = BlockLists(KvNum, KvIndices, PartialIds, FullNum, FullIndices, MaskBits, stride_num[0],
                            stride_num[1], stride_idx[0], stride_idx[1], stride_idx[2], SPARSE_Q, SPARSE_KV)
+    mod = ScoreMod(MOD_FN, MOD_GRAD, captures, mod_scale)
 
     q_smem = gl.allocate_shared_memory(dtype, [Q_STAGES * CONSUMERS, 1, WG_M, 1, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
@@ -680,15 +694,15 @@ def attention_fwd_sm90_kernel(
             (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
                          REVERSE_M, IS_FP8)),
             (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, qk_scale, softcap_in2,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, qk_scale, softcap_in2,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (2, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, qk_scale, softcap_in2,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
         ], [4, 4, 4], [CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3])
@@ -697,11 +711,11 @@ def attention_fwd_sm90_kernel(
             (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
                          REVERSE_M, IS_FP8)),
             (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, qk_scale, softcap_in2,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, qk_scale, softcap_in2,
+                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
@@ -820,12 +834,13 @@ class Sm90ForwardPlan:
 SPARSE_LISTS = ("KvNum", "KvIndices", "PartialIds", "FullNum", "FullIndices", "MaskBits")
 
 
-def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags: bool):
+def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_mod=None, **flags: bool):
     """Compile one variant of the kernel for sm_90 without a GPU: CI catches a Gluon API change of a new
     Triton release this way. flags: the kernel's constexpr flags (HAS_LEFT, HAS_RIGHT, IS_VARLEN,
     HAS_SOFTCAP, HAS_ALIBI, REVERSE_M; False when left out), CONFIGS' tuning keys, SCHEDULED (a
     persistent causal grid's schedule table), THREE_CONSUMERS (CONSUMERS=3) and BLOCK_SPARSE (a block mask's
-    lists). dtype torch.float8_e4m3fn compiles the FP8 variant."""
+    lists); score_mod: a score_mod.CompiledMod (with BLOCK_SPARSE). dtype torch.float8_e4m3fn compiles the FP8
+    variant."""
     fp8 = dtype == torch.float8_e4m3fn
     constants = dict((CONFIGS_FP8 if fp8 else CONFIGS)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, Schedule=None)
@@ -848,6 +863,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, **flags
         types["Schedule"] = "*i32"
     if block_sparse:
         types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
+    mod_signature(score_mod, constants, types)
     descriptors = dict(q_desc=64, k_desc=block_n, v_desc=[1, 1, head_dim, block_n] if fp8 else block_n)
     if fp8:
         types.update(QDescale="*fp32", KDescale="*fp32", VDescale="*fp32")
