@@ -264,8 +264,8 @@ def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None =
     only its lengths and values of its own, so that a long run compiles a bounded set of variants. shard (w, n):
     this process runs cases i with i % n == w (n processes compile in parallel)."""
     failures, ran, start = [], 0, time.monotonic()
-    for i in range(cases):
-        if (only is not None and i != only) or i % shard[1] != shard[0]:
+    for i in [only] if only is not None else range(cases):
+        if only is None and i % shard[1] != shard[0]:
             continue
         if time_limit is not None and time.monotonic() - start > time_limit:
             break

@@ -101,6 +101,50 @@ def test_flex_score_mods(mod):
     _check(q, k, v, causal, None, None, 32, enable_gqa=True, grads=True, score_mod=score_mod)
 
 
+@pytest.mark.parametrize("masked", [True, False])
+def test_flex_torch_compile_without_graph_breaks(masked):
+    # torch.compile(fullgraph=True) of a function calling flex_attention with a block mask and a score_mod over a
+    # captured tensor (or neither): one graph, no break, and out and gradients by flash_attn's rule against float64
+    torch.manual_seed(11)
+    q = randn(1, 2, 96, 32, dtype=torch.bfloat16)
+    k, v = (randn(1, 2, 128, 32, dtype=torch.bfloat16) for _ in range(2))
+    slopes = torch.tensor([0.5, 0.25], device=DEVICE)
+
+    def alibi(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx)
+
+    def causal(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + 32
+
+    block_mask = flashattn2.create_block_mask(causal, None, None, 96, 128, device=DEVICE, BLOCK_SIZE=32) \
+        if masked else None
+    score_mod = alibi if masked else None
+
+    def attend(q, k, v, block_mask):
+        return flashattn2.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(attend)(q, k, v, block_mask)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    # inductor compiles C++ on the CPU: the eager backend there traces the same graph
+    compiled = torch.compile(attend, fullgraph=True, backend="inductor" if DEVICE == "cuda" else "eager")
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    out = compiled(*leaves, block_mask)
+    dout = randn(*out.shape, dtype=out.dtype)
+    out.backward(dout)
+    mask = create_mask(causal, 1, 2, 96, 128, device=DEVICE) if masked else None
+    results = []
+    for upcast in (True, False):
+        ins = [x.detach().requires_grad_() for x in (q, k, v)]
+        o, _ = flex_attention_ref(*ins, mask, upcast=upcast, score_mod=score_mod)
+        o.backward(dout.double() if upcast else dout)
+        results.append((o, *(x.grad for x in ins)))
+    (ref, *ref_grads), (pt, *pt_grads) = results
+    assert_close_to_ref("out", out, ref, pt, FWD_FACTOR)
+    for name, x, r, p in zip(("dq", "dk", "dv"), leaves, ref_grads, pt_grads, strict=True):
+        assert_close_to_ref(name, x.grad, r, p, BWD_FACTOR)
+
+
 def test_flex_empty_rows_and_broadcast_mask():
     # a mask shared by batch and heads (B = H = None) that leaves some rows with no key: out 0, lse -inf
     torch.manual_seed(1)

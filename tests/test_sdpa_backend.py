@@ -425,3 +425,69 @@ def test_restore_gives_torchs_kernels_back():
     names = _kernel_names(lambda: _sdpa(q, k, v, is_causal=True))
     assert any("flash_fwd" in n for n in names) and not any("attention_fwd" in n for n in names), names
     assert torch.equal(_sdpa(q, k, v, is_causal=True), before), "torch's forward is deterministic"
+
+
+@pytest.mark.gpu
+def test_transformers_sdpa_model_runs_on_flashattn2():
+    # a tiny Llama with attn_implementation="sdpa" (no padding: SDPA's causal path, which FLASH takes) under the
+    # activated backend: logits and parameter gradients against float64 eager by flash_attn's rule, our kernels
+    # in the profile
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    ref = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").to(DEVICE, torch.float64)
+    models = {}
+    for role in ("ours", "torch"):
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+        model.load_state_dict(ref.state_dict())
+        models[role] = model.to(DEVICE, torch.bfloat16)
+    ids = torch.randint(0, 128, (2, 200), device=DEVICE)
+
+    def run(model):
+        logits = model(ids).logits
+        logits.float().square().mean().backward()
+        return logits.detach(), model.model.layers[0].self_attn.q_proj.weight.grad
+
+    ref_logits, ref_grad = run(ref)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        torch_logits, torch_grad = run(models["torch"])
+        with sdpa_backend.sdpa_flash_backend():
+            names = _kernel_names(lambda: models["ours"](ids).logits.sum().backward())
+            models["ours"].zero_grad()
+            logits, grad = run(models["ours"])
+    assert _ran_flashattn2(names) and any("attention_bwd" in n for n in names), names
+    assert_close_to_ref("logits", logits, ref_logits, torch_logits, FWD_FACTOR)
+    assert_close_to_ref("q_proj grad", grad, ref_grad, torch_grad, BWD_FACTOR)
+
+
+@pytest.mark.gpu
+def test_sdpa_forward_and_backward_replay_in_a_cuda_graph():
+    # SDPA's FLASH ops on flashattn2 captured in a CUDA graph (forward and backward) and replayed on new inputs:
+    # the checks run at capture, the replay only runs kernels; results equal an eager call's
+    torch.manual_seed(5)
+    q, k, v = _sdpa_inputs(2, 4, 2, 640, 640, 128, "bhsd")
+    dout = torch.randn(2, 4, 640, 128, dtype=torch.bfloat16, device=DEVICE)
+    static = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    with sdpa_backend.sdpa_flash_backend(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up outside capture: compiles and plans
+            for _ in range(2):
+                F.scaled_dot_product_attention(*static, is_causal=True, enable_gqa=True).backward(dout)
+        torch.cuda.current_stream().wait_stream(side)
+        for x in static:
+            x.grad = None
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = F.scaled_dot_product_attention(*static, is_causal=True, enable_gqa=True)
+            out.backward(dout)
+        fresh = [torch.randn_like(x) for x in (q, k, v)]
+        for x, new in zip(static, fresh, strict=True):
+            x.data.copy_(new)
+        graph.replay()
+        torch.cuda.synchronize()
+        eager_out, eager_grads = _run(_sdpa, *fresh, dout, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(out, eager_out, atol=0, rtol=0)
+    for g, e in zip((x.grad for x in static), eager_grads, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-2, rtol=1e-2)  # dQ sums by atomics: not bitwise

@@ -9,9 +9,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-BACKENDS = ("flashattn2", "sdpa-flash", "sdpa-cudnn", "sdpa-math")
+# sdpa-flashattn2: SDPA's FLASH_ATTENTION backend with flashattn2 activated as its kernels (flashattn2.sdpa_backend,
+# torch >= 2.10; train.py activates it around the run)
+BACKENDS = ("flashattn2", "sdpa-flash", "sdpa-cudnn", "sdpa-math", "sdpa-flashattn2")
 _SDPA = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
-         "sdpa-math": SDPBackend.MATH}
+         "sdpa-math": SDPBackend.MATH, "sdpa-flashattn2": SDPBackend.FLASH_ATTENTION}
 
 
 @dataclass

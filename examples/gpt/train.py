@@ -8,6 +8,7 @@ Writes <out-dir>/<date>_<device>_gpt_<config>_s<seqlen>.json, .md and .png.
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import platform
@@ -32,6 +33,15 @@ def peak_tflops(device: torch.device, override: float | None) -> float | None:
         return None
     name = torch.cuda.get_device_name(device)
     return next((v for k, v in PEAKS.items() if k in name), None)
+
+
+def _activated(backend: str):
+    """flashattn2 as SDPA's FLASH_ATTENTION kernels for the sdpa-flashattn2 run (torch's own are restored after)."""
+    if backend != "sdpa-flashattn2":
+        return contextlib.nullcontext()
+    from flashattn2.sdpa_backend import sdpa_flash_backend
+
+    return sdpa_flash_backend()
 
 
 def train(backend: str, cfg: GPTConfig, args, batches: list[torch.Tensor], device: torch.device) -> dict:
@@ -135,7 +145,8 @@ def main(argv=None) -> int:
     results = []
     for backend in args.backends:
         try:
-            results.append(train(backend, cfg, args, batches, device))
+            with _activated(backend):
+                results.append(train(backend, cfg, args, batches, device))
         except Exception as exc:  # a backend that refuses the shape is a result
             results.append({"backend": backend, "error": str(exc).splitlines()[0][:200]})
             print(f"{backend}: failed: {results[-1]['error']}", flush=True)

@@ -10,6 +10,7 @@ partial blocks read one bit per (query, key) that mask_mod gave once per block m
 """
 
 from collections.abc import Callable
+from typing import Optional
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask
@@ -19,6 +20,7 @@ from .checks import check_gqa, check_tensors
 from .kernels.backends import flex_backward, flex_forward
 from .kernels.launch import PlanCache
 from .kernels.portable.flex import partial_block_bits, transposed_partial_ids
+from .ops import is_traced
 from .score_mod import compile_score_mod
 
 __all__ = ["BlockMask", "create_block_mask", "flex_attention"]
@@ -55,11 +57,15 @@ def _checked_mask(block_mask: BlockMask, batch: int, nheads: int, seqlen_q: int,
                          f"{block_mask.BLOCK_SIZE}")
 
 
-def _mask_bits(block_mask: BlockMask, seqlen_q: int, seqlen_k: int):
-    key = (id(block_mask), block_mask.kv_indices.data_ptr(), block_mask.kv_num_blocks.data_ptr(), seqlen_q, seqlen_k)
+def _mask_bits(block_mask: BlockMask, seqlen_q: int, seqlen_k: int, ident: int | None = None):
+    """(ids, words, transposed ids) of a block mask, made once per mask: `ident` names it (default its id; the
+    traced ops pass their mask_mod's key, their lists being new objects at each call)."""
+    key = (id(block_mask) if ident is None else ident, block_mask.kv_indices.data_ptr(),
+           block_mask.kv_num_blocks.data_ptr(), block_mask.kv_indices._version, seqlen_q, seqlen_k)
     hit = _bits.get(key)
     if hit is None:
-        # the mask is kept in the entry, so that its id is not reused while the entry lives
+        # the mask (its tensors) is kept in the entry, so that neither its id nor its storage is reused while the
+        # entry lives
         ids, words = partial_block_bits(block_mask, seqlen_q, seqlen_k)
         hit = _bits.add(key, (block_mask, (ids, words, transposed_partial_ids(block_mask, ids))))
     return hit[1]
@@ -136,11 +142,21 @@ def flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
         scale = head_dim ** -0.5
     elif not scale > 0.0:
         raise ValueError(f"scale must be positive, got {scale}")
+    if block_mask is not None:
+        _checked_mask(block_mask, batch, nheads, seqlen_q, seqlen_k)
+        if block_mask.kv_indices.device != query.device:
+            raise ValueError(f"block_mask is on {block_mask.kv_indices.device}, the inputs on {query.device}")
+    if is_traced(query):
+        # torch.compile and other tracing: one opaque op each way, the callables named by constant keys (no lists:
+        # no block mask)
+        lists, block_size = ([], [128, 128]) if block_mask is None else (_mask_lists(block_mask),
+                                                                          list(block_mask.BLOCK_SIZE))
+        out, lse = torch.ops.flashattn2.flex_fwd(query, key, value, lists, block_size, float(scale),
+                                                  _key(None if block_mask is None else block_mask.mask_mod),
+                                                  _key(score_mod))
+        return (out, lse) if return_lse else out
     if block_mask is None:
         block_mask = _full_mask(seqlen_q, seqlen_k, query.device)
-    _checked_mask(block_mask, batch, nheads, seqlen_q, seqlen_k)
-    if block_mask.kv_indices.device != query.device:
-        raise ValueError(f"block_mask is on {block_mask.kv_indices.device}, the inputs on {query.device}")
     bits = _mask_bits(block_mask, seqlen_q, seqlen_k)
     mod = None if score_mod is None else _compiled_mod(score_mod, query.device)
     if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
@@ -161,3 +177,99 @@ def _full_mask(seqlen_q: int, seqlen_k: int, device: torch.device) -> BlockMask:
         hit = _full_masks.add(key, create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= 0, None, None, seqlen_q,
                                                      seqlen_k, device=device))
     return hit
+
+
+# ----------------------------------------------------------------------------------------------
+# the custom ops, for tracing (torch.compile, fake tensors): flex_fwd and flex_bwd take the block mask's lists as
+# tensors and its mask_mod and the score_mod as keys into _callables, so that a traced graph holds no Python
+# callable; the ops' real implementations are flex_forward / flex_backward above with the same caches.
+
+_callables: dict[int, Callable] = {}
+
+
+@torch._dynamo.assume_constant_result
+def _key(fn: Callable | None) -> int:
+    """An int naming fn in the ops' calls (0 for None): a traced graph keeps it as a constant; fn stays alive."""
+    if fn is None:
+        return 0
+    _callables[id(fn)] = fn
+    return id(fn)
+
+
+_LISTS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks", "q_indices",
+          "full_q_num_blocks", "full_q_indices")
+
+
+def _mask_lists(block_mask: BlockMask) -> list[torch.Tensor | None]:
+    return [getattr(block_mask, name) for name in _LISTS]
+
+
+class _ListsMask:
+    """A block mask rebuilt from the ops' arguments: the attributes the kernels read."""
+
+    def __init__(self, lists, block_size, seqlen_q: int, seqlen_k: int, mask_mod: int):
+        for name, x in zip(_LISTS, lists, strict=True):
+            setattr(self, name, x)
+        self.BLOCK_SIZE = tuple(block_size)
+        self.seq_lengths = (seqlen_q, seqlen_k)
+        self.mask_mod = _callables[mask_mod]
+
+
+def _op_inputs(query, key, lists, block_size, mask_mod: int, score_mod: int):
+    """(the rebuilt mask, its bits, the compiled score_mod or None) of an op call; no lists: no block mask."""
+    seqlen_q, seqlen_k = query.shape[2], key.shape[2]
+    if lists:
+        block_mask = _ListsMask(lists, block_size, seqlen_q, seqlen_k, mask_mod)
+        bits = _mask_bits(block_mask, seqlen_q, seqlen_k, ident=mask_mod)
+    else:
+        block_mask = _full_mask(seqlen_q, seqlen_k, query.device)
+        bits = _mask_bits(block_mask, seqlen_q, seqlen_k)
+    mod = _compiled_mod(_callables[score_mod], query.device) if score_mod else None
+    return block_mask, bits, mod
+
+
+@torch.library.custom_op("flashattn2::flex_fwd", mutates_args=())
+def _flex_fwd_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lists: list[Optional[torch.Tensor]],
+                 block_size: list[int], scale: float, mask_mod: int,
+                 score_mod: int) -> tuple[torch.Tensor, torch.Tensor]:
+    block_mask, bits, mod = _op_inputs(query, key, lists, block_size, mask_mod, score_mod)
+    return flex_forward(query, key, value, block_mask, scale, bits[:2], mod)
+
+
+@_flex_fwd_op.register_fake
+def _flex_fwd_fake(query, key, value, lists, block_size, scale, mask_mod, score_mod):
+    return torch.empty_like(query), query.new_empty(query.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("flashattn2::flex_bwd", mutates_args=())
+def _flex_bwd_op(dout: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, out: torch.Tensor,
+                 lse: torch.Tensor, lists: list[Optional[torch.Tensor]], block_size: list[int], scale: float,
+                 mask_mod: int, score_mod: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    block_mask, bits, mod = _op_inputs(query, key, lists, block_size, mask_mod, score_mod)
+    return flex_backward(dout, query, key, value, out, lse, block_mask, scale, bits[:2], bits[2], mod)
+
+
+@_flex_bwd_op.register_fake
+def _flex_bwd_fake(dout, query, key, value, out, lse, lists, block_size, scale, mask_mod, score_mod):
+    return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+
+
+def _flex_setup_context(ctx, inputs, output):
+    query, key, value, lists, block_size, scale, mask_mod, score_mod = inputs
+    out, lse = output
+    present = [x for x in lists if x is not None]
+    ctx.save_for_backward(query, key, value, out, lse, *present)
+    ctx.lists_present = [x is not None for x in lists]  # empty: no block mask
+    ctx.args = (block_size, scale, mask_mod, score_mod)
+    ctx.mark_non_differentiable(lse)
+
+
+def _flex_op_backward(ctx, dout, _dlse):
+    query, key, value, out, lse, *present = ctx.saved_tensors
+    present = iter(present)
+    lists = [next(present) if here else None for here in ctx.lists_present]
+    dq, dk, dv = _flex_bwd_op(dout.contiguous(), query, key, value, out, lse, lists, *ctx.args)
+    return dq, dk, dv, [None] * len(lists), None, None, None, None
+
+
+_flex_fwd_op.register_autograd(_flex_op_backward, setup_context=_flex_setup_context)
