@@ -4,7 +4,8 @@
     python scripts/fuzz.py --mode invalid --cases 1000 --seed 0    # bad arguments: each must raise a named error
 
 valid: flash_attn_func and flash_attn_varlen_func (forward and backward) over dtypes, head dims 1-256, lengths
-1-`--max-len` (cut tiles included), GQA ratios, causal, windows, softcap, ALiBi and softmax_scale;
+1-`--max-len` (cut tiles included), GQA ratios, causal, windows, softcap, ALiBi, softmax_scale and (dense calls)
+attention sinks;
 flash_attn_with_kvcache over dense and paged caches (any page size) with per-sequence lengths; and
 flex_attention over a family of mask_mods. invalid: wrong dtypes, ranks, shapes, head counts, windows, dropout,
 softcap, scales and cu_seqlens; each must raise TypeError, ValueError or NotImplementedError (never another error,
@@ -77,8 +78,9 @@ def _dense_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bo
     batch, seqlen_q, seqlen_k = lrng.randint(1, 2), lrng.randint(1, max_len), lrng.randint(1, max_len)
     opts = _options(rng, lrng, seqlen_q, seqlen_k)
     alibi = rng.random() < 0.2
+    sink = rng.random() < 0.15
     desc = (f"flash_attn_func batch={batch} seqlen_q={seqlen_q} seqlen_k={seqlen_k} nheads={nheads} "
-            f"nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} alibi={alibi} grads={grads} {opts}")
+            f"nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} alibi={alibi} sink={sink} grads={grads} {opts}")
 
     def run():
         q = torch.randn(batch, seqlen_q, nheads, head_dim, device=DEVICE, dtype=dtype, requires_grad=grads)
@@ -87,6 +89,8 @@ def _dense_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bo
         kwargs = dict(opts)
         if alibi:
             kwargs["alibi_slopes"] = torch.rand(batch, nheads, device=DEVICE, dtype=torch.float32)
+        if sink:
+            kwargs["learnable_sink"] = torch.randn(nheads, device=DEVICE) * 2
         out = flashattn2.flash_attn_func(q, k, v, **kwargs)
         dout = torch.randn_like(out)
         ref, pt = _references(functools.partial(attention_ref, **kwargs), (q, k, v), dout, grads)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from . import checks, fp8
+from . import checks, fp8, sinks
 from .checks import (
     attn_options,
     check_combine,
@@ -87,6 +87,7 @@ def flash_attn_with_kvcache(
     q_descale: torch.Tensor | None = None,
     k_descale: torch.Tensor | None = None,
     v_descale: torch.Tensor | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ):
     """
     If k and v are not None, k_cache and v_cache are updated in place with the new values from k and v:
@@ -139,6 +140,8 @@ def flash_attn_with_kvcache(
         q_descale, k_descale, v_descale: (batch_size, nheads_k), float32, with q, k_cache, v_cache (and k, v) in
             torch.float8_e4m3fn: the true values are the fp8 ones times these factors (k and v are appended as
             they are, so they must be quantised with the cache's scales). The output is then bfloat16; no rotary.
+        learnable_sink: (nheads,), float32 or q's dtype: an attention sink per query head (see flash_attn_func);
+            softmax_lse then includes it. Not with FP8.
     Return:
         out: (batch_size, seqlen, nheads, headdim).
         softmax_lse [optional, if return_softmax_lse=True]: (batch_size, nheads, seqlen). The logsumexp of each
@@ -187,6 +190,11 @@ def flash_attn_with_kvcache(
                      and (descales is None or all(a is b for a, b in zip(descales, given, strict=True))))
         if seen is None and key is not None and unchanged:
             _seen.add(key, (opts._replace(alibi_slopes=None), plan))
+    if learnable_sink is not None:
+        if descales is not None:
+            raise NotImplementedError("learnable_sink with float8_e4m3fn inputs is not supported")
+        sinks.check_sink(learnable_sink, q, q.shape[-2], opts)
+        out, lse = sinks.fold(out, lse, learnable_sink, varlen=False)
     return (out, lse) if return_softmax_lse else out
 
 

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import checks, fp8
+from . import checks, fp8, sinks
 from .checks import (
     MAX_HEAD_DIM,  # noqa: F401 (public here before checks.py)
     attn_options,
@@ -45,13 +45,25 @@ def _run(q, k, v, opts: AttnOptions, return_attn_probs, plan=None):
 
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-               causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, descales=None):
+               causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, descales=None,
+               learnable_sink=None):
     """Shared by every public function once the layout (dense or packed) has been checked."""
     opts = attn_options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
                         window_size, softcap, alibi_slopes, deterministic)
+    if learnable_sink is not None:
+        return _run_sink(q, k, v, opts, learnable_sink, return_attn_probs, descales is not None)
     if descales is not None:
         return _run_fp8(q, k, v, opts, descales, return_attn_probs)
     return _run(q, k, v, opts, return_attn_probs)
+
+
+def _run_sink(q, k, v, opts: AttnOptions, sink: torch.Tensor, return_attn_probs: bool, is_fp8: bool):
+    """A call with learnable_sink (sinks.py): lse includes the sink; gradients reach the sink too."""
+    if is_fp8:
+        raise NotImplementedError("learnable_sink with float8_e4m3fn inputs is not supported")
+    sinks.check_sink(sink, q, q.shape[-2], opts)
+    out, lse = sinks.attention(q, k, v, sink, opts)
+    return (out, lse, None) if return_attn_probs else out
 
 
 def _run_fp8(q, k, v, opts: AttnOptions, descales: tuple, return_attn_probs: bool):
@@ -85,6 +97,7 @@ def flash_attn_func(
     q_descale: torch.Tensor | None = None,
     k_descale: torch.Tensor | None = None,
     v_descale: torch.Tensor | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ):
     """dropout_p should be set to 0.0 during evaluation
     Supports multi-query and grouped-query attention (MQA/GQA) by passing in KV with fewer heads
@@ -128,6 +141,9 @@ def flash_attn_func(
         q_descale, k_descale, v_descale: (batch_size, nheads_k), float32, with q, k, v in torch.float8_e4m3fn
            (FlashAttention-3's FP8 forward): the true values are the fp8 ones times these factors. The output is
            then bfloat16; forward only, no dropout. flashattn2.quantize_fp8 makes such inputs.
+        learnable_sink: (nheads,), float32 or the inputs' dtype (FlashAttention-4's attention sink): one extra
+           logit per query head in each row's softmax, with no value; it gets a gradient. softmax_lse then
+           includes it. Not with dropout or FP8.
     Return:
         out: (batch_size, seqlen, nheads, headdim).
         softmax_lse [optional, if return_attn_probs=True]: (batch_size, nheads, seqlen). The
@@ -140,8 +156,8 @@ def flash_attn_func(
     """
     key = None
     if (alibi_slopes is None and q_descale is None and k_descale is None and v_descale is None
-            and type(q) is torch.Tensor and type(k) is torch.Tensor and type(v) is torch.Tensor
-            and type(window_size) is tuple and not torch.compiler.is_compiling()):
+            and learnable_sink is None and type(q) is torch.Tensor and type(k) is torch.Tensor
+            and type(v) is torch.Tensor and type(window_size) is tuple and not torch.compiler.is_compiling()):
         key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
                k.device, v.device, align(q), align(k), align(v), dropout_p, softmax_scale, causal, window_size,
                softcap, deterministic, return_attn_probs)
@@ -155,6 +171,8 @@ def flash_attn_func(
     q, k, v = unit_last_stride(q), unit_last_stride(k), unit_last_stride(v)
     opts = attn_options(q, None, None, q.shape[1], k.shape[1], dropout_p, softmax_scale, causal, window_size,
                         softcap, alibi_slopes, deterministic)
+    if learnable_sink is not None:
+        return _run_sink(q, k, v, opts, learnable_sink, return_attn_probs, is_fp8)
     if is_fp8:
         return _run_fp8(q, k, v, opts, (q_descale, k_descale, v_descale), return_attn_probs)
     plan = None
@@ -244,6 +262,7 @@ def flash_attn_varlen_func(
     q_descale: torch.Tensor | None = None,
     k_descale: torch.Tensor | None = None,
     v_descale: torch.Tensor | None = None,
+    learnable_sink: torch.Tensor | None = None,
 ):
     """dropout_p should be set to 0.0 during evaluation
     Supports multi-query and grouped-query attention (MQA/GQA) by passing in K, V with fewer heads
@@ -269,6 +288,7 @@ def flash_attn_varlen_func(
            positions of its pages.
         q_descale, k_descale, v_descale: (batch_size, nheads_k), float32, for float8_e4m3fn q, k, v (see
            flash_attn_func).
+        learnable_sink: (nheads,): an attention sink per query head (see flash_attn_func).
         Other arguments are those of flash_attn_func.
     Return:
         out: (total, nheads, headdim).
@@ -286,18 +306,20 @@ def flash_attn_varlen_func(
             lengths = strict_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q.shape[0], None)
             strict_block_table(block_table, lengths, k.shape[1], k.shape[0])
         return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                             window_size, softcap, alibi_slopes, return_attn_probs, block_table)
+                             window_size, softcap, alibi_slopes, return_attn_probs, block_table, learnable_sink,
+                             is_fp8)
     check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, is_fp8)
     if checks.STRICT:
         strict_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q.shape[0], k.shape[0])
     q, k, v = unit_last_stride(q), unit_last_stride(k), unit_last_stride(v)
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                       softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
-                      (q_descale, k_descale, v_descale) if is_fp8 else None)
+                      (q_descale, k_descale, v_descale) if is_fp8 else None, learnable_sink)
 
 
 def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                  window_size, softcap, alibi_slopes, return_attn_probs, block_table):
+                  window_size, softcap, alibi_slopes, return_attn_probs, block_table, learnable_sink=None,
+                  is_fp8=False):
     """flash_attn_varlen_func over a paged KV cache (checked): the KV-cache kernels with the lengths of
     cu_seqlens_k. Inputs that require grad get an output whose backward raises: the paged kernels have none."""
     opts = attn_options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, causal,
@@ -307,6 +329,11 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         out, lse = ForwardOnly.apply(_paged_forward, _PAGED_NO_BACKWARD, q, k, v, seqlens_k, block_table, opts)
     else:
         out, lse = _paged_forward(q, k, v, seqlens_k, block_table, opts)
+    if learnable_sink is not None:
+        if is_fp8:
+            raise NotImplementedError("learnable_sink with float8_e4m3fn inputs is not supported")
+        sinks.check_sink(learnable_sink, q, q.shape[-2], opts)
+        out, lse = sinks.fold(out, lse, learnable_sink, varlen=True)
     return (out, lse, None) if return_attn_probs else out
 
 

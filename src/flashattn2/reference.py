@@ -32,7 +32,7 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
                   causal: bool = False, window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
                   alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0,
                   dropout_mask: torch.Tensor | None = None, upcast: bool = True,
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+                  learnable_sink: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact attention on (batch, seqlen, nheads, headdim) tensors; returns (out, lse).
 
     upcast=True computes in float64 (the oracle) and returns float64; upcast=False computes in the
@@ -42,7 +42,8 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
     window (causal = right edge 0) masks them. dropout_mask (batch, nheads, seqlen_q, seqlen_k), True
     where kept, applies dropout with probability dropout_p to the probabilities that reach v; lse is that
     of the scores, without dropout, shaped (batch, nheads, seqlen_q), natural log. Rows that see no key
-    give out = 0 and lse = +inf.
+    give out = 0 and lse = +inf. learnable_sink (nheads,): one more logit per head in every row's softmax,
+    with no value (an attention sink); lse then includes it, and no row is empty.
     """
     if upcast:
         q, k, v = q.double(), k.double(), v.double()
@@ -51,7 +52,7 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
     k = k.repeat_interleave(nheads // nheads_k, dim=2)
     v = v.repeat_interleave(nheads // nheads_k, dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    probs, lse = _softmax(scores, causal, window_size, softcap, alibi_slopes)
+    probs, lse = _softmax(scores, causal, window_size, softcap, alibi_slopes, learnable_sink)
     if dropout_mask is not None:
         probs = probs.masked_fill(~dropout_mask, 0.0) / (1.0 - dropout_p)
     out = torch.einsum("bhqk,bkhd->bqhd", probs.to(v.dtype), v)
@@ -59,9 +60,10 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sca
 
 
 def _softmax(scores: torch.Tensor, causal: bool, window_size: tuple[int, int], softcap: float,
-             alibi_slopes: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+             alibi_slopes: torch.Tensor | None, sink: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled scores (batch, nheads, seqlen_q, seqlen_k) -> (probabilities, lse) in attention_ref's order:
-    softcap, ALiBi, window mask, softmax in the scores' dtype; lse in at least fp32, +inf on empty rows."""
+    softcap, ALiBi, window mask, softmax in the scores' dtype; lse in at least fp32, +inf on empty rows. A sink
+    (nheads,) is one more column of every row's softmax, dropped from the probabilities."""
     nheads, seqlen_q, seqlen_k = scores.shape[1:]
     if softcap > 0:
         scores = torch.tanh(scores / softcap) * softcap
@@ -75,6 +77,11 @@ def _softmax(scores: torch.Tensor, causal: bool, window_size: tuple[int, int], s
         right = 0
     if left >= 0 or right >= 0:
         scores = scores.masked_fill(window_mask(seqlen_q, seqlen_k, (left, right), scores.device), float("-inf"))
+    if sink is not None:
+        column = sink.to(scores.dtype).view(1, nheads, 1, 1).expand(*scores.shape[:3], 1)
+        full = torch.cat([scores, column], dim=-1)
+        lse = torch.logsumexp(full if full.dtype == torch.float64 else full.float(), dim=-1)
+        return torch.softmax(full, dim=-1)[..., :-1], lse
     empty = torch.isneginf(scores).all(dim=-1, keepdim=True)
     # keep empty rows finite through softmax (and its backward), then zero them
     scores = scores.masked_fill(empty, 0.0)
