@@ -26,22 +26,34 @@ CONFIGS = {
         num_key_value_heads=2, head_dim=16, max_position_embeddings=128, sliding_window=7,
         attn_logit_softcapping=5.0, final_logit_softcapping=None, query_pre_attn_scalar=16,
         initializer_range=0.3),  # large scores, so that the softcap bites
+    # attention sinks (s_aux) and alternating sliding / full layers; a mixture of experts for the MLP
+    "gpt_oss": lambda: transformers.GptOssConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=128, sliding_window=7,
+        layer_types=["sliding_attention", "full_attention"], num_local_experts=4, num_experts_per_tok=2,
+        rope_scaling=None),
 }
 
 
 # the input-dtype comparison: sdpa where transformers offers it for the architecture, eager otherwise
-PEER = {"llama": "sdpa", "mistral": "sdpa", "gemma2": "eager"}
+PEER = {"llama": "sdpa", "mistral": "sdpa", "gemma2": "eager", "gpt_oss": "eager"}
 
 
 def _models(name):
     torch.manual_seed(0)
     config = CONFIGS[name]()
     # each model gets its own config: from_config records the implementation on it
-    ref = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="eager")
+    # the experts' eager loop: the default grouped matmul has no float64
+    extra = {"experts_implementation": "eager"} if name == "gpt_oss" else {}
+    ref = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="eager", **extra)
     ref = ref.to(device=DEVICE, dtype=torch.float64)
+    for module in ref.modules():
+        if hasattr(module, "sinks"):  # sinks the size of the scores, so that they take part
+            module.sinks.data.normal_(0.0, 2.0)
     models = {"ref": ref}
     for role, impl in (("peer", PEER[name]), ("ours", fa2.ATTN_IMPLEMENTATION)):
-        model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=impl)
+        model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=impl,
+                                                              **extra)
         model.load_state_dict(ref.state_dict())
         models[role] = model.to(device=DEVICE, dtype=torch.bfloat16)
     return models
@@ -99,7 +111,7 @@ def test_packed_sequences_by_position_ids_match_separate_sequences():
     assert (joined[0, 9:] - sep[0, 9:]).abs().max() > 0.1
 
 
-@pytest.mark.parametrize("name", ["llama", "gemma2"])
+@pytest.mark.parametrize("name", ["llama", "gemma2", "gpt_oss"])
 def test_generate_gives_the_peers_greedy_tokens(name):
     models = _models(name)
     torch.manual_seed(3)

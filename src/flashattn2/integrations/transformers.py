@@ -64,8 +64,9 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     # transformers' sliding window counts the query's own key: it sees sliding_window keys in all
     window = (sliding_window - 1, -1) if sliding_window is not None else (-1, -1)
+    # s_aux: gpt-oss's per-head attention sinks, flashattn2's learnable_sink (gradients reach the parameter)
     kw = dict(dropout_p=dropout, softmax_scale=scaling, causal=causal, window_size=window,
-              softcap=softcap if softcap else 0.0)
+              softcap=softcap if softcap else 0.0, learnable_sink=kwargs.get("s_aux"))
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
     if attention_mask is not None:
         k_u, idx_k, cu_k, max_k, _ = unpad_input(k, attention_mask)
