@@ -123,14 +123,17 @@ def check_gqa(nheads: int, nheads_k: int) -> None:
                          f"key/value heads ({nheads_k})")
 
 
-def check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Head counts and head dims, from the last two dimensions of dense or packed tensors."""
+def check_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, unlike_v: bool = False) -> None:
+    """Head counts and head dims, from the last two dimensions of dense or packed tensors. unlike_v: v's head dim
+    may differ from q's and k's (MLA; the training entry points), up to MAX_HEAD_DIM."""
     nheads, head_dim = q.shape[-2], q.shape[-1]
     nheads_k = k.shape[-2]
     if v.shape[-2] != nheads_k:
         raise ValueError(f"k and v must have the same number of heads, got {nheads_k} and {v.shape[-2]}")
-    if k.shape[-1] != head_dim or v.shape[-1] != head_dim:
+    if k.shape[-1] != head_dim or (v.shape[-1] != head_dim and not unlike_v):
         raise ValueError(f"head dims differ: q {head_dim}, k {k.shape[-1]}, v {v.shape[-1]}")
+    if unlike_v and not 1 <= v.shape[-1] <= MAX_HEAD_DIM:
+        raise ValueError(f"v's head dim must be between 1 and {MAX_HEAD_DIM}, got {v.shape[-1]}")
     if head_dim > MAX_HEAD_DIM or head_dim < 1:
         raise ValueError(f"head dim must be between 1 and {MAX_HEAD_DIM}, got {head_dim}")
     check_gqa(nheads, nheads_k)
@@ -228,7 +231,7 @@ def check_dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_fp8: bool 
         raise ValueError(f"batch sizes differ: q {batch}, k {k.shape[0]}, v {v.shape[0]}")
     if v.shape[1] != seqlen_k:
         raise ValueError(f"k and v must have the same seqlen, got {seqlen_k} and {v.shape[1]}")
-    check_heads(q, k, v)
+    check_heads(q, k, v, unlike_v=not is_fp8)
 
 
 def check_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
@@ -238,7 +241,7 @@ def check_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q
     check_tensors(q, k, v, 3, "(total, nheads, headdim)", is_fp8)
     if v.shape[0] != k.shape[0]:
         raise ValueError(f"k and v must have the same number of rows, got {k.shape[0]} and {v.shape[0]}")
-    check_heads(q, k, v)
+    check_heads(q, k, v, unlike_v=not is_fp8)
     check_cu_seqlens(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, q)
 
 

@@ -152,7 +152,7 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, rng_seed, max_s
         batch, max_seqlen_q, nheads, _ = q.shape
         max_seqlen_k = k.shape[1]
         lse_shape = (batch, nheads, max_seqlen_q)
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)  # v's head dim (MLA)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     probs_shape = (batch, nheads, max_seqlen_q, max_seqlen_k) if return_probs else (0,)
     return out, lse, torch.empty(probs_shape, dtype=q.dtype, device=q.device)

@@ -33,10 +33,13 @@ from .configs import BwdConfig, bwd_config
 def bwd_preprocess_kernel(
     Out, dOut, Delta, DqAcc, CuSeqlensQ, stride_o, stride_do, stride_lse, stride_dq, nheads, seqlen_q, total_q,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_VARLEN: tl.constexpr,
-    ZERO_DQ: tl.constexpr,
+    ZERO_DQ: tl.constexpr, HEAD_DIM_V: tl.constexpr = 0, BLOCK_DV: tl.constexpr = 0,
 ):
     """Delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d], the row term of dS = P * (dP - Delta); with
-    ZERO_DQ also zeroes the same rows of the fp32 dQ buffer that the fused Gluon backward adds into."""
+    ZERO_DQ also zeroes the same rows of the fp32 dQ buffer that the fused Gluon backward adds into. O and dO have
+    HEAD_DIM_V columns where it is given (MLA), dQ HEAD_DIM."""
+    DV: tl.constexpr = HEAD_DIM_V if HEAD_DIM_V > 0 else HEAD_DIM
+    BDV: tl.constexpr = BLOCK_DV if BLOCK_DV > 0 else BLOCK_D
     stride_ob, stride_om, stride_oh = stride_o
     stride_dob, stride_dom, stride_doh = stride_do
     stride_dqb, stride_dqm, stride_dqh = stride_dq
@@ -49,11 +52,12 @@ def bwd_preprocess_kernel(
     off_h = off_h.to(tl.int64)
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BDV)
     rows = (q_start + offs_m[:, None]).to(tl.int64)
-    o = load_rows(Out + off_b * stride_ob + off_h * stride_oh + rows * stride_om + offs_d[None, :],
-                  offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
-    do = load_rows(dOut + off_b * stride_dob + off_h * stride_doh + rows * stride_dom + offs_d[None, :],
-                   offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
+    o = load_rows(Out + off_b * stride_ob + off_h * stride_oh + rows * stride_om + offs_dv[None, :],
+                  offs_m, seqlen_q, offs_dv, DV, BDV, True)
+    do = load_rows(dOut + off_b * stride_dob + off_h * stride_doh + rows * stride_dom + offs_dv[None, :],
+                   offs_m, seqlen_q, offs_dv, DV, BDV, True)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(Delta + off_b * stride_lse_b + off_h * stride_lse_h + q_start + offs_m, delta,
              mask=offs_m < seqlen_q)
@@ -71,7 +75,7 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base
                        HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                        HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                        ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr, TMA_DQ: tl.constexpr,
-                       INTERPRET: tl.constexpr):
+                       INTERPRET: tl.constexpr, offs_dv, DV: tl.constexpr, BDV: tl.constexpr):
     """Accumulate dK, dV of one key tile over query tiles [m_lo, m_hi), working on transposed scores
     (keys x queries) so that P^T and dS^T feed the dV and dK matmuls without a transpose. With USE_TMA, Q and
     dO tiles come from row tma_row0 + start_m of batch entry off_b (a packed batch: entry 0 from its sequence's
@@ -88,8 +92,8 @@ def _dkdv_from_q_tiles(dk, dv, k, v, q_src, do_src, dq_dst, lse_base, delta_base
                                            softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
                                            MASKED)
         pT = tl.math.exp2(sT * scale_log2 - lse[None, :])
-        do = load_tile(do_src, off_b, off_h, tma_row0 + start_m, offs_m, seqlen_q, stride_dom, offs_d, HEAD_DIM,
-                       BLOCK_D, BLOCK_M, True, USE_TMA)
+        do = load_tile(do_src, off_b, off_h, tma_row0 + start_m, offs_m, seqlen_q, stride_dom, offs_dv, DV,
+                       BDV, BLOCK_M, True, USE_TMA)
         dpT = mma(v, tl.trans(do), None, INTERPRET)
         if HAS_DROPOUT:
             # the same bits as the forward: dV sees the dropped, rescaled P, dP flows back through them
@@ -129,9 +133,13 @@ def attention_bwd_dkdv_kernel(
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr,
     TMA_DQ: tl.constexpr, INTERPRET: tl.constexpr, LONG_ROWS: tl.constexpr = False,
+    HEAD_DIM_V: tl.constexpr = 0, BLOCK_DV: tl.constexpr = 0,
 ):
     """dK and dV for one key tile of one kv head, summed over the query heads that share it (GQA).
-    With USE_TMA, Q and dOut are row_tiles descriptors; with TMA_DQ, so is the fp32 dQ accumulator."""
+    With USE_TMA, Q and dOut are row_tiles descriptors; with TMA_DQ, so is the fp32 dQ accumulator.
+    HEAD_DIM_V / BLOCK_DV: V's, dOut's and dV's head dim where it differs from Q's and K's (0: the same)."""
+    DV: tl.constexpr = HEAD_DIM_V if HEAD_DIM_V > 0 else HEAD_DIM
+    BDV: tl.constexpr = BLOCK_DV if BLOCK_DV > 0 else BLOCK_D
     stride_qb, stride_qm, stride_qh = stride_q
     stride_kb, stride_kn, stride_kh = stride_k
     stride_vb, stride_vn, stride_vh = stride_v
@@ -157,14 +165,15 @@ def attention_bwd_dkdv_kernel(
 
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BDV)
     k_base = K + off_b64 * stride_kb + k_start64 * stride_kn + off_hk.to(tl.int64) * stride_kh
     v_base = V + off_b64 * stride_vb + k_start64 * stride_vn + off_hk.to(tl.int64) * stride_vh
     k = load_rows(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], offs_n, seqlen_k, offs_d,
                   HEAD_DIM, BLOCK_D, True)
-    v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], offs_n, seqlen_k, offs_d,
-                  HEAD_DIM, BLOCK_D, True)
+    v = load_rows(v_base + offs_n[:, None] * stride_vn + offs_dv[None, :], offs_n, seqlen_k, offs_dv,
+                  DV, BDV, True)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BDV], dtype=tl.float32)
     seed = 0
     if HAS_DROPOUT:
         seed = tl.load(Seed)
@@ -198,7 +207,7 @@ def attention_bwd_dkdv_kernel(
                     stride_dom, stride_dqm, offs_n, offs_d, bounds[r], bounds[r + 1], seqlen_q, seqlen_k, qk_scale,
                     softmax_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, head_idx,
                     dropout_p, HEAD_DIM, BLOCK_D, BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-                    r != 1, ATOMIC_DQ, USE_TMA, TMA_DQ, INTERPRET)
+                    r != 1, ATOMIC_DQ, USE_TMA, TMA_DQ, INTERPRET, offs_dv, DV, BDV)
 
     # dK = scale * dS^T Q: the softmax scale is applied once, here
     dk_base = dK + off_b64 * stride_dkb + k_start64 * stride_dkn + off_hk.to(tl.int64) * stride_dkh
@@ -206,8 +215,8 @@ def attention_bwd_dkdv_kernel(
     store_rows(dk_base + offs_n[:, None] * stride_dkn + offs_d[None, :],
                round_to(dk * softmax_scale, dK.dtype.element_ty, INTERPRET),
                offs_n, seqlen_k, offs_d, HEAD_DIM, BLOCK_D)
-    store_rows(dv_base + offs_n[:, None] * stride_dvn + offs_d[None, :],
-               round_to(dv, dV.dtype.element_ty, INTERPRET), offs_n, seqlen_k, offs_d, HEAD_DIM, BLOCK_D)
+    store_rows(dv_base + offs_n[:, None] * stride_dvn + offs_dv[None, :],
+               round_to(dv, dV.dtype.element_ty, INTERPRET), offs_n, seqlen_k, offs_dv, DV, BDV)
 
 
 @triton.jit
@@ -218,7 +227,8 @@ def _dq_from_kv_tiles(dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, tma_ro
                       HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                       HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                       HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
-                      USE_TMA: tl.constexpr, INTERPRET: tl.constexpr):
+                      USE_TMA: tl.constexpr, INTERPRET: tl.constexpr, offs_dv, DV: tl.constexpr,
+                      BDV: tl.constexpr):
     """Accumulate dQ of one query tile over key tiles [n_lo, n_hi) (with USE_TMA from row tma_row0 + start_n of
     batch entry off_b, as in _dkdv_from_q_tiles)."""
     offs_n0 = tl.arange(0, BLOCK_N)
@@ -226,8 +236,8 @@ def _dq_from_kv_tiles(dq, q, do, lse, delta, k_src, v_src, off_b, off_hk, tma_ro
         offs_n = start_n + offs_n0
         k = load_tile(k_src, off_b, off_hk, tma_row0 + start_n, offs_n, seqlen_k, stride_kn, offs_d, HEAD_DIM,
                       BLOCK_D, BLOCK_N, MASKED, USE_TMA)
-        v = load_tile(v_src, off_b, off_hk, tma_row0 + start_n, offs_n, seqlen_k, stride_vn, offs_d, HEAD_DIM,
-                      BLOCK_D, BLOCK_N, MASKED, USE_TMA)
+        v = load_tile(v_src, off_b, off_hk, tma_row0 + start_n, offs_n, seqlen_k, stride_vn, offs_dv, DV,
+                      BDV, BLOCK_N, MASKED, USE_TMA)
         s, scale_log2, tanh_s = masked_scores(
             q, k, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
             softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, INTERPRET)
@@ -252,10 +262,12 @@ def attention_bwd_dq_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
-    LONG_ROWS: tl.constexpr = False,
+    LONG_ROWS: tl.constexpr = False, HEAD_DIM_V: tl.constexpr = 0, BLOCK_DV: tl.constexpr = 0,
 ):
     """dQ for one query tile: no atomics, so it is bitwise reproducible. With USE_TMA, K and V are
-    row_tiles descriptors."""
+    row_tiles descriptors. HEAD_DIM_V / BLOCK_DV as the dK/dV kernel's."""
+    DV: tl.constexpr = HEAD_DIM_V if HEAD_DIM_V > 0 else HEAD_DIM
+    BDV: tl.constexpr = BLOCK_DV if BLOCK_DV > 0 else BLOCK_D
     stride_qb, stride_qm, stride_qh = stride_q
     stride_kb, stride_kn, stride_kh = stride_k
     stride_vb, stride_vn, stride_vh = stride_v
@@ -278,10 +290,11 @@ def attention_bwd_dq_kernel(
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BDV)
     q = load_rows(Q + off_b64 * stride_qb + q_start64 * stride_qm + off_h64 * stride_qh
                   + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
     do = load_rows(dOut + off_b64 * stride_dob + q_start64 * stride_dom + off_h64 * stride_doh
-                   + offs_m[:, None] * stride_dom + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D,
+                   + offs_m[:, None] * stride_dom + offs_dv[None, :], offs_m, seqlen_q, offs_dv, DV, BDV,
                    True)
     row_off = off_b64 * stride_lse_b + off_h64 * stride_lse_h + q_start
     lse = tl.load(Lse + row_off + offs_m, mask=offs_m < seqlen_q, other=float("inf")) * LOG2E
@@ -310,7 +323,7 @@ def attention_bwd_dq_kernel(
                 stride_kn, stride_vn, offs_m, offs_d, bounds[r],
                 bounds[r + 1], seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
                 alibi_slope, seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                HAS_ALIBI, HAS_DROPOUT, r != 1, USE_TMA, INTERPRET)
+                HAS_ALIBI, HAS_DROPOUT, r != 1, USE_TMA, INTERPRET, offs_dv, DV, BDV)
     store_rows(dQ + off_b64 * stride_dqb + q_start64 * stride_dqm + off_h64 * stride_dqh
                + offs_m[:, None] * stride_dqm + offs_d[None, :],
                round_to(dq * softmax_scale, dQ.dtype.element_ty, INTERPRET),
@@ -327,7 +340,11 @@ class BackwardPlan:
         if self.empty:
             return
         block_d = padded_head_dim(head_dim)
-        cfg = config or bwd_config(block_d, opts.causal, q.device)
+        # V's head dim where it differs from q's and k's (MLA): the kernels' HEAD_DIM_V, else left out
+        head_dim_v = v.shape[-1]
+        block_dv = padded_head_dim(head_dim_v)
+        mla = dict(HEAD_DIM_V=head_dim_v, BLOCK_DV=block_dv) if head_dim_v != head_dim else {}
+        cfg = config or bwd_config(max(block_d, block_dv), opts.causal, q.device)
         # gluon_launch() gives the Hopper kernel's launch (sm90/backward.py) where backends.py picks it, else None.
         # It computes dK and dV, and dQ too (fused_dq) except for deterministic calls, whose dQ comes from the dQ
         # kernel
@@ -339,7 +356,7 @@ class BackwardPlan:
         self.device, self.lse_shape = q.device, lse.shape
         # a packed batch reads through (1, total, heads, head_dim) descriptors: rows past a sequence's end are
         # the next sequence's, which the kernels treat as they treat rows past seqlen (probabilities 0)
-        use_tma = cfg.use_tma and tma_usable(q, k, v, dout)
+        use_tma = cfg.use_tma and tma_usable(q, k, v, dout) and not mla
         # the interpreter has no bulk reduce-add, so it keeps element atomics; the reduce-add's tiles need rows
         # that end at the sequence's end
         tma_dq = use_tma and atomic_dq and not INTERPRET and not varlen
@@ -358,10 +375,10 @@ class BackwardPlan:
             bwd_preprocess_kernel, (cdiv(seqlen_q, pre_block), batch * nheads, 1), (),
             dict(stride_o=row_strides(out, varlen), stride_do=strides["stride_do"], stride_lse=strides["stride_lse"],
                  stride_dq=dq_strides, nheads=nheads, seqlen_q=seqlen_q, total_q=total_q, HEAD_DIM=head_dim,
-                 BLOCK_D=block_d, BLOCK_M=pre_block, IS_VARLEN=varlen, ZERO_DQ=self.fused_dq), 4, 3)
+                 BLOCK_D=block_d, BLOCK_M=pre_block, IS_VARLEN=varlen, ZERO_DQ=self.fused_dq, **mla), 4, 3)
         named = dict(strides, nheads=nheads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=total_q, total_k=total_k,
                      softmax_scale=opts.softmax_scale, HEAD_DIM=head_dim, BLOCK_D=block_d, INTERPRET=INTERPRET,
-                     USE_TMA=use_tma, **opts.kernel_args())
+                     USE_TMA=use_tma, **opts.kernel_args(), **mla)
         named["LONG_ROWS"] = long_rows(0 if varlen else 1, q, k, v, dout)
         self.dkdv = Launch(
             attention_bwd_dkdv_kernel, (cdiv(seqlen_k, cfg.block_n), batch * nheads_k, 1), (),

@@ -28,8 +28,9 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
                      HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                      HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                      USE_TMA: tl.constexpr, INTERPRET: tl.constexpr, P_SHIFT: tl.constexpr, V_T: tl.constexpr,
-                     stride_vd):
-    """Accumulate key tiles [n_lo, n_hi) into (acc, m_i, l_i); MASKED tiles check bounds and the window."""
+                     stride_vd, offs_dv, DV: tl.constexpr, BDV: tl.constexpr):
+    """Accumulate key tiles [n_lo, n_hi) into (acc, m_i, l_i); MASKED tiles check bounds and the window. V's
+    head dim is DV (padded BDV; offs_dv), the same as q's and k's but for MLA-style calls."""
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(n_lo, n_hi, BLOCK_N):
         offs_n = start_n + offs_n0
@@ -41,10 +42,10 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
         p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, softmax_scale_log2, MASKED, P_SHIFT)
         if V_T:
             # V stored seqlen-contiguous: the tile is K-major for the P V matmul, as FP8 tensor cores need
-            v = load_rows(v_src + offs_n[:, None] + offs_d[None, :] * stride_vd, offs_n, seqlen_k, offs_d, HEAD_DIM,
-                          BLOCK_D, MASKED)
+            v = load_rows(v_src + offs_n[:, None] + offs_dv[None, :] * stride_vd, offs_n, seqlen_k, offs_dv, DV,
+                          BDV, MASKED)
         else:
-            v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_d, HEAD_DIM, BLOCK_D,
+            v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_dv, DV, BDV,
                           BLOCK_N, MASKED, USE_TMA)
         if HAS_DROPOUT:
             # the row sum keeps every probability; only the values that reach V are dropped
@@ -63,6 +64,7 @@ def attention_fwd_kernel(
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
     LONG_ROWS: tl.constexpr = False, IS_FP8: tl.constexpr = False, V_T: tl.constexpr = False, stride_vd=1,
+    HEAD_DIM_V: tl.constexpr = 0, BLOCK_DV: tl.constexpr = 0,
 ):
     """Out = softmax(scores) V and Lse = logsumexp(scores) (natural log), scores = Q K^T * scale with
     the optional softcap, ALiBi bias and window mask; dropout on the probabilities that reach V.
@@ -75,7 +77,10 @@ def attention_fwd_kernel(
     strides but a unit last one, or packed (total, heads, head_dim) with cumulative lengths (varlen).
     GQA: query head h reads key head h // group. With USE_TMA, K and V are row_tiles descriptors.
     stride_q, _k, _v, _o: (batch, row, head) strides (params.row_strides); stride_lse: (batch, head).
+    HEAD_DIM_V / BLOCK_DV: V's and Out's head dim where it differs from Q's and K's (MLA; 0: the same).
     """
+    DV: tl.constexpr = HEAD_DIM_V if HEAD_DIM_V > 0 else HEAD_DIM
+    BDV: tl.constexpr = BLOCK_DV if BLOCK_DV > 0 else BLOCK_D
     stride_qb, stride_qm, stride_qh = stride_q
     stride_kb, stride_kn, stride_kh = stride_k
     stride_vb, stride_vn, stride_vh = stride_v
@@ -97,6 +102,7 @@ def attention_fwd_kernel(
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BDV)
     q_base = Q + off_b64 * stride_qb + q_start.to(tl.int64) * stride_qm + off_h.to(tl.int64) * stride_qh
     if USE_TMA:
         k_src = K
@@ -118,7 +124,7 @@ def attention_fwd_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BDV], dtype=tl.float32)
 
     n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, window_left,
                                                            window_right, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT)
@@ -132,7 +138,7 @@ def attention_fwd_kernel(
                 acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, bounds[r],
                 bounds[r + 1], seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
                 alibi_slope, seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                HAS_ALIBI, HAS_DROPOUT, r != 1, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd)
+                HAS_ALIBI, HAS_DROPOUT, r != 1, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd, offs_dv, DV, BDV)
 
     out, lse = finalize(acc, m_i, l_i, P_SHIFT)
     if HAS_DROPOUT:
@@ -140,8 +146,8 @@ def attention_fwd_kernel(
     if IS_FP8:
         out = out * v_descale
     o_base = Out + off_b64 * stride_ob + q_start.to(tl.int64) * stride_om + off_h.to(tl.int64) * stride_oh
-    store_rows(o_base + offs_m[:, None] * stride_om + offs_d[None, :],
-               round_to(out, Out.dtype.element_ty, INTERPRET), offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D)
+    store_rows(o_base + offs_m[:, None] * stride_om + offs_dv[None, :],
+               round_to(out, Out.dtype.element_ty, INTERPRET), offs_m, seqlen_q, offs_dv, DV, BDV)
     lse_base = Lse + off_b64 * stride_lse_b + off_h.to(tl.int64) * stride_lse_h + q_start
     tl.store(lse_base + offs_m, lse, mask=offs_m < seqlen_q)
 
@@ -212,11 +218,15 @@ class ForwardPlan:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
         varlen = opts.varlen
         block_d = padded_head_dim(head_dim)
+        # V's head dim (MLA: unlike q's and k's), which Out takes
+        head_dim_v = v.shape[-1]
+        block_dv = padded_head_dim(head_dim_v)
         fp8 = q.dtype == torch.float8_e4m3fn
-        cfg = config or fwd_config(block_d, opts.causal, q.device, fp8)
+        cfg = config or fwd_config(max(block_d, block_dv), opts.causal, q.device, fp8)
         self.backward_plans: dict = {}
         # FP8 attention writes bf16, as FlashAttention-3's does
-        self.dtype, self.device, self.out_shape = torch.bfloat16 if fp8 else q.dtype, q.device, q.shape
+        self.dtype, self.device = torch.bfloat16 if fp8 else q.dtype, q.device
+        self.out_shape = (*q.shape[:-1], head_dim_v)
         self.lse_shape = (nheads, q.shape[0]) if varlen else (batch, nheads, seqlen_q)
         self.probs_shape = (batch, nheads, seqlen_q, seqlen_k) if return_probs else None
         self.empty = q.numel() == 0 or batch * seqlen_q == 0
@@ -224,7 +234,8 @@ class ForwardPlan:
         self.fp8 = fp8
         if fp8:
             v = keys_last_layout(v)
-        self.tma_block = (cfg.block_n, block_d) if cfg.use_tma and not varlen and tma_usable(k, v) else None
+        self.tma_block = (cfg.block_n, block_d) if (cfg.use_tma and not varlen and tma_usable(k, v)
+                                                     and head_dim_v == head_dim) else None
         # strides of the outputs this plan allocates
         strides = dict(stride_q=row_strides(q, varlen), stride_k=row_strides(k, varlen),
                        stride_lse=lse_strides(torch.empty(self.lse_shape, device="meta"), varlen))
@@ -234,6 +245,8 @@ class ForwardPlan:
         named["LONG_ROWS"] = long_rows(0 if varlen else 1, q, k, v)
         # the forward's own: FP8, and a V whose rows are contiguous (FP8's keys-last copy), read head-dim-strided
         fp8_v = dict(IS_FP8=fp8, V_T=v.stride(-1) != 1, stride_vd=v.stride(-1))
+        if head_dim_v != head_dim:
+            fp8_v.update(HEAD_DIM_V=head_dim_v, BLOCK_DV=block_dv)
         self.attend = Launch(
             attention_fwd_kernel, (cdiv(seqlen_q, cfg.block_m), batch * nheads, 1), (),
             dict(named, **fp8_v, stride_v=row_strides(v, varlen),

@@ -273,6 +273,8 @@ def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tenso
         return f"dtype {q.dtype}"
     if q.shape[-1] not in head_dims:
         return f"head dim {q.shape[-1]} (the Gluon {kernel} has {sorted(head_dims)})"
+    if any(t.shape[-1] != q.shape[-1] for t in tensors):
+        return "a value head dim unlike the query's (MLA)"
     if dropout:
         return "dropout"
     if not tma_usable(q, *tensors):

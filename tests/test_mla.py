@@ -1,0 +1,77 @@
+"""A value head dim unlike the query/key head dim (DeepSeek's MLA: 192/128; and 96/64), issue 27 deliverable 2:
+flash_attn_func and flash_attn_varlen_func forward and backward against the float64 reference by flash_attn's
+rule; out takes v's head dim and the default scale stays 1/sqrt(query head dim). On the CPU interpreter and the
+GPU (the Hopper kernels decline such calls: the portable kernels run them)."""
+
+import pytest
+import torch
+
+import flashattn2
+from flashattn2.kernels.backends import backward_backend, forward_backend
+from flashattn2.kernels.params import AttnOptions
+from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, assert_close_to_ref, randn, reference_with_grads
+
+DIMS = [(192, 128), (96, 64)]
+
+
+@pytest.mark.parametrize("head_dim,head_dim_v", DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_dense_unlike_value_head_dim(head_dim, head_dim_v, causal):
+    torch.manual_seed(0)
+    batch, seqlen_q, seqlen_k, heads, heads_k = 2, 70, 90, 4, 2
+    q = randn(batch, seqlen_q, heads, head_dim, dtype=torch.bfloat16, requires_grad=True)
+    k = randn(batch, seqlen_k, heads_k, head_dim, dtype=torch.bfloat16, requires_grad=True)
+    v = randn(batch, seqlen_k, heads_k, head_dim_v, dtype=torch.bfloat16, requires_grad=True)
+    out, lse, _ = flashattn2.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    assert out.shape == (batch, seqlen_q, heads, head_dim_v)
+    dout = randn(*out.shape, dtype=out.dtype)
+    out.backward(dout)
+    ref, ref_lse, ref_grads = reference_with_grads(q, k, v, dout, causal=causal)
+    pt, _, pt_grads = reference_with_grads(q, k, v, dout, upcast=False, causal=causal)
+    assert_close_to_ref("out", out, ref, pt, FWD_FACTOR)
+    torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-4, atol=1e-4)  # scale: 1/sqrt(query head dim)
+    for name, x, r, p in zip(("dq", "dk", "dv"), (q, k, v), ref_grads, pt_grads, strict=True):
+        assert_close_to_ref(name, x.grad, r, p, BWD_FACTOR)
+
+
+def test_varlen_unlike_value_head_dim_with_a_sink():
+    # packed sequences (one empty), GQA, causal, and an attention sink on top
+    torch.manual_seed(1)
+    lens_q, lens_k, heads, heads_k, head_dim, head_dim_v = [33, 0, 48], [40, 12, 48], 4, 1, 96, 64
+    cu_q, cu_k = (torch.tensor([0] + lens, device=DEVICE).cumsum(0).to(torch.int32) for lens in (lens_q, lens_k))
+    q = randn(sum(lens_q), heads, head_dim, dtype=torch.float16, requires_grad=True)
+    k = randn(sum(lens_k), heads_k, head_dim, dtype=torch.float16, requires_grad=True)
+    v = randn(sum(lens_k), heads_k, head_dim_v, dtype=torch.float16, requires_grad=True)
+    sink = torch.randn(heads, device=DEVICE)
+    out = flashattn2.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                            learnable_sink=sink)
+    assert out.shape == (sum(lens_q), heads, head_dim_v)
+    dout = randn(*out.shape, dtype=out.dtype)
+    out.backward(dout)
+    for i, (lq, lk) in enumerate(zip(lens_q, lens_k, strict=True)):
+        if lq == 0:
+            continue
+        sq = slice(int(cu_q[i]), int(cu_q[i]) + lq)
+        sk = slice(int(cu_k[i]), int(cu_k[i]) + lk)
+        seq = [x.detach()[s][None] for x, s in ((q, sq), (k, sk), (v, sk))]
+        kw = dict(causal=True, learnable_sink=sink)
+        ref, _, ref_grads = reference_with_grads(*seq, dout[sq][None], **kw)
+        pt, _, pt_grads = reference_with_grads(*seq, dout[sq][None], upcast=False,
+                                               **dict(kw, learnable_sink=sink.half()))
+        assert_close_to_ref("out", out[sq][None], ref, pt, FWD_FACTOR)
+        mine = (q.grad[sq][None], k.grad[sk][None], v.grad[sk][None])
+        for name, g, r, p in zip(("dq", "dk", "dv"), mine, ref_grads, pt_grads, strict=True):
+            assert_close_to_ref(name, g, r, p, BWD_FACTOR)
+
+
+def test_the_hopper_kernels_decline_and_errors_name_the_problem():
+    q, k = (randn(1, 64, 2, 192, dtype=torch.bfloat16) for _ in range(2))
+    v = randn(1, 64, 2, 128, dtype=torch.bfloat16)
+    opts = AttnOptions(softmax_scale=192 ** -0.5)
+    for choose in (lambda: forward_backend(q, k, v, opts), lambda: backward_backend(v, q, k, v, opts)):
+        backend, why = choose()
+        assert backend == "triton" and why is not None
+    with pytest.raises(ValueError, match="head dims differ"):
+        flashattn2.flash_attn_func(q, randn(1, 64, 2, 128, dtype=torch.bfloat16), v)
+    with pytest.raises(ValueError, match="v's head dim"):
+        flashattn2.flash_attn_func(q, k, randn(1, 64, 2, 320, dtype=torch.bfloat16))
