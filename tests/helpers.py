@@ -99,3 +99,14 @@ def check_varlen(q, k, v, out, lse, grads, dout, cu_seqlens_q, cu_seqlens_k, **r
     _check_all(out, lse, grads,
                varlen_reference_with_grads(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, True, **ref_kwargs),
                varlen_reference_with_grads(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, False, **ref_kwargs))
+
+
+def packed_sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, lens_q, lens_k):
+    """Each non-empty sequence of a packed batch: (its query slice, its key slice, its q, k, v detached as a batch
+    of one)."""
+    for i, (lq, lk) in enumerate(zip(lens_q, lens_k, strict=True)):
+        if lq == 0:
+            continue
+        sq = slice(int(cu_seqlens_q[i]), int(cu_seqlens_q[i]) + lq)
+        sk = slice(int(cu_seqlens_k[i]), int(cu_seqlens_k[i]) + lk)
+        yield sq, sk, [x.detach()[s][None] for x, s in ((q, sq), (k, sk), (v, sk))]

@@ -74,6 +74,24 @@ def test_flex_sliding_window_whole_blocks():
     assert block_mask.full_kv_num_blocks.sum() > 0
 
 
+def _score_mod(name: str, heads: int, shift: int, cap: float):
+    """A score_mod as Flex users write them, over captured tensors where it has any: ALiBi from a slope table,
+    softcap, a relative-position bias table; the queries are the keys from `shift` on."""
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], device=DEVICE)[:heads]
+    table = torch.randn(heads, 64, device=DEVICE)
+
+    def alibi(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx - shift)
+
+    def softcap(score, b, h, q_idx, kv_idx):
+        return cap * torch.tanh(score / cap)
+
+    def bias_table(score, b, h, q_idx, kv_idx):
+        return score + table[h, (kv_idx - q_idx - shift).clamp(-32, 31) + 32]
+
+    return dict(alibi=alibi, softcap=softcap, bias_table=bias_table)[name]
+
+
 @pytest.mark.parametrize("mod", ["alibi", "softcap", "bias_table"])
 def test_flex_score_mods(mod):
     # score_mods as FlexAttention users write them, with captured tensors, under masks with partial and full
@@ -82,22 +100,11 @@ def test_flex_score_mods(mod):
     batch, heads, heads_k, seqlen_q, seqlen_k = 1, 4, 2, 96, 160
     q = randn(batch, heads, seqlen_q, 32, dtype=torch.bfloat16)
     k, v = (randn(batch, heads_k, seqlen_k, 32, dtype=torch.bfloat16) for _ in range(2))
-    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], device=DEVICE)
-    table = torch.randn(heads, 64, device=DEVICE)
-
-    def alibi(score, b, h, q_idx, kv_idx):
-        return score + slopes[h] * (kv_idx - q_idx - 64)
-
-    def softcap(score, b, h, q_idx, kv_idx):
-        return 2.0 * torch.tanh(score / 2.0)
-
-    def bias_table(score, b, h, q_idx, kv_idx):
-        return score + table[h, (kv_idx - q_idx).clamp(-32, 31) + 32]
+    score_mod = _score_mod(mod, heads, 64, 2.0)
 
     def causal(b, h, q_idx, kv_idx):
         return kv_idx <= q_idx + 64
 
-    score_mod = dict(alibi=alibi, softcap=softcap, bias_table=bias_table)[mod]
     _check(q, k, v, causal, None, None, 32, enable_gqa=True, grads=True, score_mod=score_mod)
 
 
@@ -245,17 +252,7 @@ def test_flex_hopper_score_mods(mod, head_dim, dtype):
     batch, heads, heads_k, seqlen_q, seqlen_k = 2, 4, 2, 256, 512
     q = randn(batch, heads, seqlen_q, head_dim, dtype=dtype)
     k, v = (randn(batch, heads_k, seqlen_k, head_dim, dtype=dtype) for _ in range(2))
-    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], device=DEVICE)
-    table = torch.randn(heads, 64, device=DEVICE)
-
-    def alibi(score, b, h, q_idx, kv_idx):
-        return score + slopes[h] * (kv_idx - q_idx - 256)
-
-    def softcap(score, b, h, q_idx, kv_idx):
-        return 5.0 * torch.tanh(score / 5.0)
-
-    def bias_table(score, b, h, q_idx, kv_idx):
-        return score + table[h, (kv_idx - q_idx - 256).clamp(-32, 31) + 32]
+    score_mod = _score_mod(mod, heads, 256, 5.0)
 
     def mask_mod(b, h, q_idx, kv_idx):  # causal, the queries the last 256 keys, and a window of 300
         return (kv_idx <= q_idx + 256) & (q_idx + 256 - kv_idx < 300)
@@ -264,7 +261,6 @@ def test_flex_hopper_score_mods(mod, head_dim, dtype):
     for choose in (flex_forward_backend, flex_backward_backend):
         backend, why = choose(q, k, v, block_mask)
         assert (backend == "gluon-sm90") == _hopper(), why
-    score_mod = dict(alibi=alibi, softcap=softcap, bias_table=bias_table)[mod]
     _check(q, k, v, mask_mod, None, None, 128, enable_gqa=True, grads=True, score_mod=score_mod)
 
 

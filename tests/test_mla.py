@@ -9,7 +9,15 @@ import torch
 import flashattn2
 from flashattn2.kernels.backends import backward_backend, forward_backend
 from flashattn2.kernels.params import AttnOptions
-from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, assert_close_to_ref, randn, reference_with_grads
+from helpers import (
+    BWD_FACTOR,
+    DEVICE,
+    FWD_FACTOR,
+    assert_close_to_ref,
+    packed_sequences,
+    randn,
+    reference_with_grads,
+)
 
 DIMS = [(192, 128), (96, 64)]
 
@@ -48,12 +56,7 @@ def test_varlen_unlike_value_head_dim_with_a_sink():
     assert out.shape == (sum(lens_q), heads, head_dim_v)
     dout = randn(*out.shape, dtype=out.dtype)
     out.backward(dout)
-    for i, (lq, lk) in enumerate(zip(lens_q, lens_k, strict=True)):
-        if lq == 0:
-            continue
-        sq = slice(int(cu_q[i]), int(cu_q[i]) + lq)
-        sk = slice(int(cu_k[i]), int(cu_k[i]) + lk)
-        seq = [x.detach()[s][None] for x, s in ((q, sq), (k, sk), (v, sk))]
+    for sq, sk, seq in packed_sequences(q, k, v, cu_q, cu_k, lens_q, lens_k):
         kw = dict(causal=True, learnable_sink=sink)
         ref, _, ref_grads = reference_with_grads(*seq, dout[sq][None], **kw)
         pt, _, pt_grads = reference_with_grads(*seq, dout[sq][None], upcast=False,

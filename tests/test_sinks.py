@@ -8,7 +8,7 @@ import torch
 
 import flashattn2
 from flashattn2.reference import attention_ref
-from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, assert_close_to_ref, randn
+from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, assert_close_to_ref, packed_sequences, randn
 
 
 def _ref(q, k, v, sink, dout, upcast, **opts):
@@ -86,12 +86,7 @@ def test_varlen_sink_forward_and_gradients():
     dout = randn(*out.shape, dtype=out.dtype)
     out.backward(dout)
     dsink_ref = [0.0, 0.0]
-    for i, (lq, lk) in enumerate(zip(lens_q, lens_k, strict=True)):
-        if lq == 0:
-            continue
-        sq = slice(int(cu_q[i]), int(cu_q[i]) + lq)
-        sk = slice(int(cu_k[i]), int(cu_k[i]) + lk)
-        seq = [x.detach()[s][None] for x, s in ((q, sq), (k, sk), (v, sk))]
+    for sq, sk, seq in packed_sequences(q, k, v, cu_q, cu_k, lens_q, lens_k):
         results = [_ref(*seq, sink, dout[sq][None], upcast, causal=True) for upcast in (True, False)]
         mine = (out[sq][None], lse[:, sq][None], q.grad[sq][None], k.grad[sk][None], v.grad[sk][None], None)
         _compare(results, mine)
