@@ -54,6 +54,18 @@ def test_alibi_and_bias_tables_from_captured_tensors():
     assert len(mod.captures) == 2
 
 
+def test_captured_tables_of_one_entry():
+    # one head's slope table: the trace must not index past it (it indexed at 1 once, an IndexError on one head)
+    slope = torch.tensor([0.75], device=DEVICE)
+
+    def one_head_alibi(score, b, h, q_idx, kv_idx):
+        return score + slope[h * 0] * (kv_idx - q_idx) + slope[b * 0]
+
+    _check(one_head_alibi)
+    one = compile_score_mod(lambda score, b, h, q_idx, kv_idx: score * slope[h], DEVICE)
+    assert len(one.captures) == 1
+
+
 def test_softcap_and_transcendentals():
     def softcap(score, b, h, q_idx, kv_idx):
         return 30.0 * torch.tanh(score / 30.0)

@@ -185,8 +185,9 @@ class _Emitter:
 
 
 def _example_args(device: torch.device) -> tuple[torch.Tensor, ...]:
-    # one-element tensors: indexing a captured tensor with them traces as aten.index, not a .item()
-    ints = [torch.ones(1, dtype=torch.int32, device=device) for _ in range(4)]
+    # one-element tensors: indexing a captured tensor with them traces as aten.index, not a .item(); at 0, an index
+    # that every captured tensor has (a table of one head's slopes included)
+    ints = [torch.zeros(1, dtype=torch.int32, device=device) for _ in range(4)]
     return (torch.full((1,), 0.5, device=device), *ints)
 
 
