@@ -5,11 +5,12 @@
 
 valid: flash_attn_func and flash_attn_varlen_func (forward and backward) over dtypes, head dims 1-256, lengths
 1-`--max-len` (cut tiles included), GQA ratios, causal, windows, softcap, ALiBi, softmax_scale and (dense calls)
-attention sinks;
-flash_attn_with_kvcache over dense and paged caches (any page size) with per-sequence lengths; and
-flex_attention over a family of mask_mods. invalid: wrong dtypes, ranks, shapes, head counts, windows, dropout,
-softcap, scales and cu_seqlens; each must raise TypeError, ValueError or NotImplementedError (never another error,
-a crash or a silent answer). Every failure prints a one-line reproducer (`--only N` reruns case N of a seed).
+attention sinks and value head dims unlike the query's; flash_attn_with_kvcache over dense and paged caches (any
+page size) with per-sequence lengths, appended keys, rotary and split-KV; flash_attn_combine of key parts; FP8
+inputs; and flex_attention over a family of mask_mods, with and without a score_mod. invalid: wrong dtypes, ranks,
+shapes, head counts, windows, dropout, softcap, scales and cu_seqlens; each must raise TypeError, ValueError or
+NotImplementedError (never another error, a crash or a silent answer). Every failure prints a one-line
+reproducer (`--only N` reruns case N of a seed).
 """
 
 import argparse
@@ -23,7 +24,7 @@ import traceback
 import torch
 
 import flashattn2
-from flashattn2.reference import attention_ref, flex_attention_ref, within_tolerance
+from flashattn2.reference import attention_fp8_ref, attention_ref, flex_attention_ref, within_tolerance
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FWD, BWD, FLOOR = 2.0, 3.0, 1e-5
@@ -45,9 +46,14 @@ def _options(rng: random.Random, lrng: random.Random, seqlen_q: int, seqlen_k: i
 
 
 def _check(name, ours, ref, pt, factor):
-    passed, err, pt_err = within_tolerance(ours, ref, pt, factor, FLOOR)
+    # flash_attn's rule, with a floor of half an ulp of the output's dtype at the reference's largest value: on
+    # the fuzzer's smallest cases (a handful of keys and columns) the max error is one rounding, and PyTorch's
+    # own can land at a quarter of an ulp by luck; real defects miss by far more (0.3-0.5 for the flex dK one)
+    floor = max(FLOOR, torch.finfo(ours.dtype).eps / 2 * ref.abs().max().item() if ref.numel() else FLOOR) \
+        if ours.dtype.is_floating_point and ours.dtype.itemsize == 2 else FLOOR
+    passed, err, pt_err = within_tolerance(ours, ref, pt, factor, floor)
     if not passed or torch.isnan(ours).any():
-        raise AssertionError(f"{name}: error {err:.3e} > {factor} x PyTorch's {pt_err:.3e} + {FLOOR}")
+        raise AssertionError(f"{name}: error {err:.3e} > {factor} x PyTorch's {pt_err:.3e} + {floor:.1e}")
 
 
 def _references(reference, ins, dout, grads: bool):
@@ -79,13 +85,15 @@ def _dense_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bo
     opts = _options(rng, lrng, seqlen_q, seqlen_k)
     alibi = rng.random() < 0.2
     sink = rng.random() < 0.15
+    head_dim_v = rng.choice(HEAD_DIMS) if rng.random() < 0.15 else head_dim  # MLA-style calls
     desc = (f"flash_attn_func batch={batch} seqlen_q={seqlen_q} seqlen_k={seqlen_k} nheads={nheads} "
-            f"nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} alibi={alibi} sink={sink} grads={grads} {opts}")
+            f"nheads_k={nheads_k} head_dim={head_dim} head_dim_v={head_dim_v} dtype={dtype} alibi={alibi} "
+            f"sink={sink} grads={grads} {opts}")
 
     def run():
         q = torch.randn(batch, seqlen_q, nheads, head_dim, device=DEVICE, dtype=dtype, requires_grad=grads)
-        k, v = (torch.randn(batch, seqlen_k, nheads_k, head_dim, device=DEVICE, dtype=dtype, requires_grad=grads)
-                for _ in range(2))
+        k = torch.randn(batch, seqlen_k, nheads_k, head_dim, device=DEVICE, dtype=dtype, requires_grad=grads)
+        v = torch.randn(batch, seqlen_k, nheads_k, head_dim_v, device=DEVICE, dtype=dtype, requires_grad=grads)
         kwargs = dict(opts)
         if alibi:
             kwargs["alibi_slopes"] = torch.rand(batch, nheads, device=DEVICE, dtype=torch.float32)
@@ -145,8 +153,16 @@ def _kvcache_case(rng: random.Random, lrng: random.Random, max_len: int, grads: 
     capacity = max(lens) + lrng.randint(0, 20)
     page = rng.choice((None, None, 1, 16, 48, 64, 256))
     opts = _options(rng, lrng, seqlen_q, capacity)
+    # appended keys (seqlen_q new ones after each sequence's cached ones), rotary on q and them, split-KV
+    append = rng.random() < 0.3
+    rotary = append and head_dim >= 16 and rng.random() < 0.5  # rotary dims are multiples of 16
+    interleaved = rng.random() < 0.5
+    num_splits = rng.choice((0, 0, 1, 2, 5))
+    if append:
+        lens = [n - seqlen_q for n in lens]  # the cached lengths before the append
     desc = (f"flash_attn_with_kvcache batch={batch} seqlen_q={seqlen_q} cache_seqlens={lens} capacity={capacity} "
-            f"page_block_size={page} nheads={nheads} nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} {opts}")
+            f"page_block_size={page} nheads={nheads} nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} "
+            f"append={append} rotary={rotary} interleaved={interleaved} num_splits={num_splits} {opts}")
 
     def run():
         q = torch.randn(batch, seqlen_q, nheads, head_dim, device=DEVICE, dtype=dtype)
@@ -167,12 +183,91 @@ def _kvcache_case(rng: random.Random, lrng: random.Random, max_len: int, grads: 
                 cache[order] = full.view(batch * per_seq, page, nheads_k, head_dim)
                 pages.append(cache)
             k_cache, v_cache = pages
+        extra = {}
+        if append:
+            extra["k"], extra["v"] = (torch.randn(batch, seqlen_q, nheads_k, head_dim, device=DEVICE, dtype=dtype)
+                                      for _ in range(2))
+        if rotary:
+            rot = 16 * lrng.randint(1, head_dim // 16)
+            # the tables cover the cache's capacity: a paged one's is its pages' rows
+            positions = capacity if block_table is None else block_table.shape[1] * page
+            angles = torch.rand(positions, rot // 2, device=DEVICE) * 6.3
+            extra.update(rotary_cos=angles.cos().to(dtype), rotary_sin=angles.sin().to(dtype),
+                         rotary_interleaved=interleaved)
+        k_ref, v_ref = k_dense.clone(), v_dense.clone()  # the dense cache is k_cache itself: the call writes it
         out = flashattn2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=block_table,
-                                                 **opts)
+                                                 num_splits=num_splits, **extra, **opts)
+        if rotary:
+            # flash_attn's positions: the new keys' own; q's the same under a mask, else all at the first new key's
+            cos, sin = extra["rotary_cos"], extra["rotary_sin"]
+            extra["k"] = flashattn2.apply_rotary_emb(extra["k"], cos, sin, interleaved, seqlen_offsets=seqlens)
+            if opts.get("causal") or "window_size" in opts:
+                q = flashattn2.apply_rotary_emb(q, cos, sin, interleaved, seqlen_offsets=seqlens)
+            else:
+                flat = q.reshape(batch, 1, seqlen_q * nheads, head_dim)
+                q = flashattn2.apply_rotary_emb(flat, cos, sin, interleaved, seqlen_offsets=seqlens).view_as(q)
         for b, n in enumerate(lens):
-            seq = (q[b:b + 1], k_dense[b:b + 1, :n], v_dense[b:b + 1, :n])
+            if append:  # the cache as the call must have left it: the new keys after the cached ones
+                k_ref[b, n:n + seqlen_q] = extra["k"][b]
+                v_ref[b, n:n + seqlen_q] = extra["v"][b]
+                if page is None:  # the rotated keys stored (both rotations round once to the input dtype)
+                    torch.testing.assert_close(k_cache[b, n:n + seqlen_q], k_ref[b, n:n + seqlen_q], rtol=1e-2,
+                                               atol=1e-2, msg=lambda m, b=b: f"appended keys (sequence {b}): {m}")
+                n += seqlen_q
+            seq = (q[b:b + 1], k_ref[b:b + 1, :n], v_ref[b:b + 1, :n])
             ref, pt = _references(functools.partial(attention_ref, **opts), seq, None, False)
             _compare(f" (sequence {b})", out[b:b + 1], (), ref, pt)
+
+    return desc, run
+
+
+def _combine_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
+    """flash_attn_combine of the keys split in parts (flash_attn_func's out and lse of each) against one call."""
+    dtype = rng.choice((torch.float16, torch.bfloat16))
+    head_dim = rng.choice(HEAD_DIMS)
+    out_dtype = rng.choice((torch.float32, dtype))
+    batch, seqlen_q, nheads = lrng.randint(1, 2), lrng.randint(1, 64), lrng.randint(1, 3)
+    cuts = sorted(lrng.sample(range(1, max(2, max_len)), min(lrng.randint(1, 4), max(1, max_len - 1))))
+    seqlen_k = cuts[-1] + lrng.randint(1, 16)
+    bounds = [0] + cuts + [seqlen_k]
+    desc = (f"flash_attn_combine batch={batch} seqlen_q={seqlen_q} seqlen_k={seqlen_k} parts={bounds} "
+            f"nheads={nheads} head_dim={head_dim} dtype={dtype} out_dtype={out_dtype}")
+
+    def run():
+        q = torch.randn(batch, seqlen_q, nheads, head_dim, device=DEVICE, dtype=dtype)
+        k, v = (torch.randn(batch, seqlen_k, nheads, head_dim, device=DEVICE, dtype=dtype) for _ in range(2))
+        outs, lses = [], []
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            o, lse, _ = flashattn2.flash_attn_func(q, k[:, lo:hi], v[:, lo:hi], return_attn_probs=True)
+            outs.append(o.float())
+            lses.append(lse.transpose(1, 2))  # (batch, seqlen, heads), as combine takes it
+        out, _ = flashattn2.flash_attn_combine(torch.stack(outs), torch.stack(lses), out_dtype=out_dtype)
+        ref, pt = _references(attention_ref, (q, k, v), None, False)
+        _compare("", out, (), ref, pt)
+
+    return desc, run
+
+
+def _fp8_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
+    """flash_attn_func on e4m3 inputs (quantize_fp8) against attention_fp8_ref, forward only."""
+    head_dim = rng.choice((64, 128, 256))
+    nheads_k = rng.choice((1, 2))
+    nheads = nheads_k * rng.choice((1, 2))
+    causal = rng.random() < 0.5
+    batch, seqlen_q, seqlen_k = lrng.randint(1, 2), lrng.randint(1, max_len), lrng.randint(1, max_len)
+    desc = (f"flash_attn_func fp8 batch={batch} seqlen_q={seqlen_q} seqlen_k={seqlen_k} nheads={nheads} "
+            f"nheads_k={nheads_k} head_dim={head_dim} causal={causal}")
+
+    def run():
+        q = torch.randn(batch, seqlen_q, nheads, head_dim, device=DEVICE, dtype=torch.bfloat16)
+        k, v = (torch.randn(batch, seqlen_k, nheads_k, head_dim, device=DEVICE, dtype=torch.bfloat16)
+                for _ in range(2))
+        q8, k8, v8, *descales = flashattn2.quantize_fp8(q, k, v)
+        out = flashattn2.flash_attn_func(q8, k8, v8, causal=causal, q_descale=descales[0], k_descale=descales[1],
+                                         v_descale=descales[2])
+        ref, _ = attention_fp8_ref(q8, k8, v8, *descales, causal=causal)
+        pt, _ = attention_fp8_ref(q8, k8, v8, *descales, causal=causal, upcast=False)
+        _check("out", out, ref, pt, FWD)
 
     return desc, run
 
@@ -193,8 +288,11 @@ def _flex_case(rng: random.Random, lrng: random.Random, max_len: int, grads: boo
     batch, seqlen_q, seqlen_k = lrng.randint(1, 2), lrng.randint(1, max_len), lrng.randint(1, max_len)
     mod = rng.choice(sorted(MASK_MODS))
     block = rng.choice(((32, 32), (64, 64), (32, 64), (128, 128)))
+    # drawn last, from the lengths' generator: the earlier draws of every case stay what they were
+    score = lrng.choice((None, None, None, "alibi", "softcap"))
     desc = (f"flex_attention batch={batch} seqlen_q={seqlen_q} seqlen_k={seqlen_k} nheads={nheads} "
-            f"nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} mask_mod={mod} BLOCK_SIZE={block} grads={grads}")
+            f"nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} mask_mod={mod} BLOCK_SIZE={block} "
+            f"score_mod={score} grads={grads}")
 
     def run():
         from torch.nn.attention.flex_attention import create_mask
@@ -205,10 +303,15 @@ def _flex_case(rng: random.Random, lrng: random.Random, max_len: int, grads: boo
                 for _ in range(2))
         block_mask = flashattn2.create_block_mask(mask_mod, None, nheads, seqlen_q, seqlen_k, device=DEVICE,
                                                   BLOCK_SIZE=block)
-        out = flashattn2.flex_attention(q, k, v, block_mask=block_mask, enable_gqa=nheads != nheads_k)
+        slopes = torch.rand(nheads, device=DEVICE)
+        score_mod = {None: None, "alibi": lambda s, b, h, qi, ki: s + slopes[h] * (ki - qi),
+                     "softcap": lambda s, b, h, qi, ki: 4.0 * torch.tanh(s / 4.0)}[score]
+        out = flashattn2.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                                        enable_gqa=nheads != nheads_k)
         mask = create_mask(mask_mod, 1, nheads, seqlen_q, seqlen_k, device=DEVICE)
         dout = torch.randn_like(out)
-        ref, pt = _references(functools.partial(flex_attention_ref, mask=mask), (q, k, v), dout, grads)
+        ref, pt = _references(functools.partial(flex_attention_ref, mask=mask, score_mod=score_mod), (q, k, v), dout,
+                              grads)
         if grads:
             out.backward(dout)
         _compare("", out, [x.grad for x in (q, k, v)] if grads else (), ref, pt)
@@ -284,6 +387,10 @@ def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None =
             desc, run = _invalid_case(rng)
         else:
             make = rng.choice((_dense_case, _dense_case, _varlen_case, _kvcache_case, _flex_case))
+            # the later families, from a generator of their own: every earlier case keeps its draws
+            family = random.Random(f"{seed}-{i}-family")
+            if family.random() < 0.2:
+                make = family.choice((_combine_case, _fp8_case))
             desc, run = make(rng, lrng, max_len, rng.random() < 0.5)
         pooled = f" --pool {pool}" if pool else ""
         repro = f"python scripts/fuzz.py --mode {mode} --seed {seed} --max-len {max_len}{pooled} --only {i}  # {desc}"
