@@ -322,6 +322,7 @@ def _flex_case(rng: random.Random, lrng: random.Random, max_len: int, grads: boo
 def _invalid_case(rng: random.Random) -> tuple[str, callable]:
     """One bad argument on an otherwise valid flash_attn_func / flash_attn_varlen_func call."""
     kind = rng.choice(("dtype", "rank", "batch", "head_dim", "heads", "big_head", "dropout", "softcap", "scale",
+                       "sink_shape", "sink_dtype", "sink_dropout", "big_v_head",
                        "alibi", "device_mix", "cu_dtype", "cu_len"))
 
     def run():
@@ -347,6 +348,14 @@ def _invalid_case(rng: random.Random) -> tuple[str, callable]:
             kwargs["softmax_scale"] = rng.choice((0.0, -1.0))
         elif kind == "alibi":
             kwargs["alibi_slopes"] = torch.rand(3, device=DEVICE)
+        elif kind == "sink_shape":
+            kwargs["learnable_sink"] = torch.zeros(3, device=DEVICE)
+        elif kind == "sink_dtype":
+            kwargs["learnable_sink"] = torch.zeros(2, device=DEVICE, dtype=torch.float64)
+        elif kind == "sink_dropout":
+            kwargs.update(learnable_sink=torch.zeros(2, device=DEVICE), dropout_p=0.1)
+        elif kind == "big_v_head":
+            v = torch.randn(1, 16, 2, 288, device=DEVICE, dtype=torch.float16)
         elif kind == "device_mix":
             if DEVICE == "cpu":
                 kwargs["alibi_slopes"] = torch.rand(2, dtype=torch.float64)
