@@ -15,6 +15,6 @@ def test_fuzz_valid_cases():
 
 
 def test_fuzz_invalid_arguments_raise_named_errors():
-    # 13 kinds of bad argument over 300 draws; removing the softcap check fails this (11 cases)
+    # 17 kinds of bad argument over 300 draws; removing the softcap check fails this
     failures, _ = fuzz.run_cases(seed=0, cases=300, mode="invalid", max_len=100)
     assert not failures, "\n".join(failures)
