@@ -18,6 +18,7 @@ import torch
 
 from . import ops
 from .kernels.params import AttnOptions
+from .kernels.portable import sink as sink_kernels
 
 
 def check_sink(sink: torch.Tensor, q: torch.Tensor, nheads: int, opts: AttnOptions) -> None:
@@ -43,7 +44,15 @@ def _head_view(sink: torch.Tensor, lse: torch.Tensor, varlen: bool) -> torch.Ten
 def fold(out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
          varlen: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(out, lse) of a call without a sink -> with it: out (batch, seqlen, heads, head_dim) with lse (batch, heads,
-    seqlen), or packed (total, heads, head_dim) with (heads, total); lse is +inf for rows that saw no key."""
+    seqlen), or packed (total, heads, head_dim) with (heads, total); lse is +inf for rows that saw no key. Eager
+    calls fold in place in one pass over out (kernels/portable/sink.py); traced ones in torch ops."""
+    if ops.is_traced(out):
+        return _fold_torch(out, lse, sink, varlen)
+    return sink_kernels.fold(out, lse, sink.detach(), varlen)
+
+
+def _fold_torch(out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
+                varlen: bool) -> tuple[torch.Tensor, torch.Tensor]:
     lse0 = torch.where(lse == float("inf"), float("-inf"), lse)
     total = torch.logaddexp(lse0, _head_view(sink, lse, varlen))
     factor = torch.exp(lse0 - total)  # (batch, heads, seqlen) or (heads, total)
@@ -53,7 +62,15 @@ def fold(out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
 
 def sink_grad(dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
               varlen: bool) -> torch.Tensor:
-    """d sink = -sum over each head's rows of exp(sink - lse) rowsum(dout * out), in sink's dtype."""
+    """d sink = -sum over each head's rows of exp(sink - lse) rowsum(dout * out), in sink's dtype: one pass over
+    dout and out (kernels/portable/sink.py), torch ops when traced."""
+    if ops.is_traced(out):
+        return _sink_grad_torch(dout, out, lse, sink, varlen)
+    return sink_kernels.sink_grad(dout, out, lse, sink, varlen)
+
+
+def _sink_grad_torch(dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
+                     varlen: bool) -> torch.Tensor:
     delta = (dout.float() * out.float()).sum(-1).transpose(-1, -2)  # like lse
     p_sink = torch.exp(_head_view(sink, lse, varlen) - lse)
     grad = -(p_sink * delta)
