@@ -3,6 +3,10 @@ flash_attn_func and flash_attn_varlen_func forward and backward against the floa
 rule; out takes v's head dim and the default scale stays 1/sqrt(query head dim). On the CPU interpreter and the
 GPU (the Hopper kernels decline such calls: the portable kernels run them)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -78,3 +82,34 @@ def test_the_hopper_kernels_decline_and_errors_name_the_problem():
         flashattn2.flash_attn_func(q, randn(1, 64, 2, 128, dtype=torch.bfloat16), v)
     with pytest.raises(ValueError, match="v's head dim"):
         flashattn2.flash_attn_func(q, k, randn(1, 64, 2, 320, dtype=torch.bfloat16))
+
+
+_COMPILE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import ptx_snapshot as ps
+from flashattn2.kernels.portable import backward, forward, sink
+
+mla = dict(ps.PLAIN, HEAD_DIM=192, BLOCK_D=256, HEAD_DIM_V=128, BLOCK_DV=128)
+ps.triton_ptx(forward.attention_fwd_kernel, dict(mla, BLOCK_M=64, BLOCK_N=32, HAS_RIGHT=True), 4, 2,
+              unused=("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed", "QDescale", "KDescale", "VDescale"))
+ps.triton_ptx(backward.attention_bwd_dkdv_kernel, dict(mla, BLOCK_M=32, BLOCK_N=64, ATOMIC_DQ=True, TMA_DQ=False),
+              4, 2, unused=("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed"))
+rows = {"Lse": "*fp32", "stride_o": ("i32",) * 3, "stride_do": ("i32",) * 3, "stride_lse": ("i32",) * 2}
+ps.triton_ptx(sink.sink_fold_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, INTERPRET=False), 4, 1,
+              types=dict(rows, Sink="*fp32"))
+ps.triton_ptx(sink.sink_grad_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64), 4, 1,
+              types=dict(rows, Sink="*bf16", Partial="*fp32"))
+"""
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="compile-only check for CPU CI; the GPU runs the kernels")
+def test_mla_and_sink_kernels_compile_for_sm90():
+    # the interpreter runs Python, not Triton's compiler: the unlike-head-dim variants and the sink passes must
+    # compile for sm_90 too
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    root = os.path.join(os.path.dirname(__file__), "..")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(root, "src"), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _COMPILE, os.path.join(root, "scripts")], env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-4000:]
