@@ -110,3 +110,13 @@ def packed_sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, lens_q, lens_k):
         sq = slice(int(cu_seqlens_q[i]), int(cu_seqlens_q[i]) + lq)
         sk = slice(int(cu_seqlens_k[i]), int(cu_seqlens_k[i]) + lk)
         yield sq, sk, [x.detach()[s][None] for x, s in ((q, sq), (k, sk), (v, sk))]
+
+
+def compiled_in_one_graph(fn, *args):
+    """fn under torch.compile(fullgraph=True), after checking that Dynamo traces it on these arguments as one
+    graph with no break (inductor on the GPU; on the CPU, whose inductor compiles C++, the eager backend traces the
+    same graph)."""
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(fn)(*args)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+    return torch.compile(fn, fullgraph=True, backend="inductor" if ON_GPU else "eager")

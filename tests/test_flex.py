@@ -8,7 +8,7 @@ from torch.nn.attention.flex_attention import create_mask
 
 import flashattn2
 from flashattn2.reference import flex_attention_ref
-from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, assert_close_to_ref, randn
+from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, assert_close_to_ref, compiled_in_one_graph, randn
 
 
 def _check(q, k, v, mask_mod, B, H, block_size, enable_gqa=False, scale=None, grads=False, score_mod=None):
@@ -130,11 +130,7 @@ def test_flex_torch_compile_without_graph_breaks(masked):
     def attend(q, k, v, block_mask):
         return flashattn2.flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
-    torch._dynamo.reset()
-    explained = torch._dynamo.explain(attend)(q, k, v, block_mask)
-    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
-    # inductor compiles C++ on the CPU: the eager backend there traces the same graph
-    compiled = torch.compile(attend, fullgraph=True, backend="inductor" if DEVICE == "cuda" else "eager")
+    compiled = compiled_in_one_graph(attend, q, k, v, block_mask)
     leaves = [x.detach().requires_grad_() for x in (q, k, v)]
     out = compiled(*leaves, block_mask)
     dout = randn(*out.shape, dtype=out.dtype)

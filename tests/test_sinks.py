@@ -8,7 +8,15 @@ import torch
 
 import flashattn2
 from flashattn2.reference import attention_ref
-from helpers import BWD_FACTOR, DEVICE, FWD_FACTOR, assert_close_to_ref, packed_sequences, randn
+from helpers import (
+    BWD_FACTOR,
+    DEVICE,
+    FWD_FACTOR,
+    assert_close_to_ref,
+    compiled_in_one_graph,
+    packed_sequences,
+    randn,
+)
 
 
 def _ref(q, k, v, sink, dout, upcast, **opts):
@@ -157,10 +165,7 @@ def test_sink_under_torch_compile_matches_eager():
     def attend(q, k, v, sink):
         return flashattn2.flash_attn_func(q, k, v, causal=True, learnable_sink=sink)
 
-    torch._dynamo.reset()
-    explained = torch._dynamo.explain(attend)(q, k, v, sink)
-    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
-    compiled = torch.compile(attend, fullgraph=True, backend="inductor" if DEVICE == "cuda" else "eager")
+    compiled = compiled_in_one_graph(attend, q, k, v, sink)
     results = []
     for fn in (compiled, attend):
         for x in (q, k, v, sink):

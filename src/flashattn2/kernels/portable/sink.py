@@ -13,14 +13,22 @@ BLOCK_ROWS = 64
 
 
 @triton.jit
+def _row_block(Out, stride_o, nheads, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """This program's rows of one (batch, head): (batch, head, rows, columns, Out's pointers to them)."""
+    off_b = (tl.program_id(1) // nheads).to(tl.int64)
+    off_h = (tl.program_id(1) % nheads).to(tl.int64)
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    ptrs = Out + off_b * stride_o[0] + off_h * stride_o[2] + offs_m[:, None].to(tl.int64) * stride_o[1] \
+        + offs_d[None, :]
+    return off_b, off_h, offs_m, offs_d, ptrs
+
+
+@triton.jit
 def sink_fold_kernel(Out, Lse, Sink, stride_o, stride_lse, nheads, rows, HEAD_DIM: tl.constexpr,
                      BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, INTERPRET: tl.constexpr):
     """out *= exp(lse0 - L), lse = L = logaddexp(lse0, sink[h]), in place (lse0 +inf: a row without keys)."""
-    start = tl.program_id(0) * BLOCK_M
-    off_b = (tl.program_id(1) // nheads).to(tl.int64)
-    off_h = (tl.program_id(1) % nheads).to(tl.int64)
-    offs_m = start + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
+    off_b, off_h, offs_m, offs_d, o_ptrs = _row_block(Out, stride_o, nheads, BLOCK_M, BLOCK_D)
     lse_ptrs = Lse + off_b * stride_lse[0] + off_h * stride_lse[1] + offs_m
     lse0 = tl.load(lse_ptrs, mask=offs_m < rows, other=float("-inf"))
     lse0 = tl.where(lse0 == float("inf"), float("-inf"), lse0)
@@ -28,8 +36,6 @@ def sink_fold_kernel(Out, Lse, Sink, stride_o, stride_lse, nheads, rows, HEAD_DI
     top = tl.maximum(lse0, sink)  # finite: the sink is
     total = top + tl.log(tl.exp(lse0 - top) + tl.exp(sink - top))
     factor = tl.exp(lse0 - total)
-    o_ptrs = Out + off_b * stride_o[0] + off_h * stride_o[2] + offs_m[:, None].to(tl.int64) * stride_o[1] \
-        + offs_d[None, :]
     out = load_rows(o_ptrs, offs_m, rows, offs_d, HEAD_DIM, BLOCK_D, True).to(tl.float32)
     store_rows(o_ptrs, round_to(out * factor[:, None], Out.dtype.element_ty, INTERPRET), offs_m, rows, offs_d,
                HEAD_DIM, BLOCK_D)
@@ -40,16 +46,10 @@ def sink_fold_kernel(Out, Lse, Sink, stride_o, stride_lse, nheads, rows, HEAD_DI
 def sink_grad_kernel(dOut, Out, Lse, Sink, Partial, stride_do, stride_o, stride_lse, nheads, rows,
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
     """Partial[h, b, block] = -sum over the block's rows of exp(sink[h] - lse) * rowsum(dout * out)."""
-    start = tl.program_id(0) * BLOCK_M
-    off_b = (tl.program_id(1) // nheads).to(tl.int64)
-    off_h = (tl.program_id(1) % nheads).to(tl.int64)
-    offs_m = start + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    rows64 = offs_m[:, None].to(tl.int64)
-    do = load_rows(dOut + off_b * stride_do[0] + off_h * stride_do[2] + rows64 * stride_do[1] + offs_d[None, :],
-                   offs_m, rows, offs_d, HEAD_DIM, BLOCK_D, True).to(tl.float32)
-    o = load_rows(Out + off_b * stride_o[0] + off_h * stride_o[2] + rows64 * stride_o[1] + offs_d[None, :],
-                  offs_m, rows, offs_d, HEAD_DIM, BLOCK_D, True).to(tl.float32)
+    off_b, off_h, offs_m, offs_d, o_ptrs = _row_block(Out, stride_o, nheads, BLOCK_M, BLOCK_D)
+    _, _, _, _, do_ptrs = _row_block(dOut, stride_do, nheads, BLOCK_M, BLOCK_D)
+    do = load_rows(do_ptrs, offs_m, rows, offs_d, HEAD_DIM, BLOCK_D, True).to(tl.float32)
+    o = load_rows(o_ptrs, offs_m, rows, offs_d, HEAD_DIM, BLOCK_D, True).to(tl.float32)
     lse = tl.load(Lse + off_b * stride_lse[0] + off_h * stride_lse[1] + offs_m, mask=offs_m < rows,
                   other=float("inf"))
     p_sink = tl.math.exp2((tl.load(Sink + off_h).to(tl.float32) - lse) * LOG2E)
