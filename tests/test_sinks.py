@@ -152,6 +152,13 @@ def test_sink_errors_name_the_problem():
         flashattn2.flash_attn_func(q, k, v, learnable_sink=torch.zeros(2, device=DEVICE, dtype=torch.float64))
     with pytest.raises(NotImplementedError, match="dropout"):
         flashattn2.flash_attn_func(q, k, v, dropout_p=0.1, learnable_sink=torch.zeros(2, device=DEVICE))
+    # a KV-cache call with a bad sink raises before it appends the new keys: the cache is left as it was
+    k_cache, v_cache = (randn(1, 32, 2, 32, dtype=torch.float16) for _ in range(2))
+    before = k_cache.clone()
+    with pytest.raises(ValueError, match="learnable_sink must have shape"):
+        flashattn2.flash_attn_with_kvcache(q[:, :1], k_cache, v_cache, k[:, :1], v[:, :1], cache_seqlens=4,
+                                           learnable_sink=torch.zeros(3, device=DEVICE))
+    assert torch.equal(k_cache, before)
 
 
 def test_sink_under_torch_compile_matches_eager():

@@ -171,6 +171,8 @@ def flash_attn_with_kvcache(
     else:
         opts, plan = seen
         opts = opts._replace(alibi_slopes=alibi_slopes)
+    if learnable_sink is not None:  # before the call appends to the cache
+        sinks.check_sink(learnable_sink, q, q.shape[-2], opts, descales is not None)
     if checks.STRICT:  # the values, at every call (a repeated call skips only the checks of shapes and types)
         strict_kvcache(k_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, q.shape[0],
                        0 if k is None else k.shape[1])
@@ -191,9 +193,6 @@ def flash_attn_with_kvcache(
         if seen is None and key is not None and unchanged:
             _seen.add(key, (opts._replace(alibi_slopes=None), plan))
     if learnable_sink is not None:
-        if descales is not None:
-            raise NotImplementedError("learnable_sink with float8_e4m3fn inputs is not supported")
-        sinks.check_sink(learnable_sink, q, q.shape[-2], opts)
         out, lse = sinks.fold(out, lse, learnable_sink, varlen=False)
     return (out, lse) if return_softmax_lse else out
 

@@ -59,9 +59,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
 
 def _run_sink(q, k, v, opts: AttnOptions, sink: torch.Tensor, return_attn_probs: bool, is_fp8: bool):
     """A call with learnable_sink (sinks.py): lse includes the sink; gradients reach the sink too."""
-    if is_fp8:
-        raise NotImplementedError("learnable_sink with float8_e4m3fn inputs is not supported")
-    sinks.check_sink(sink, q, q.shape[-2], opts)
+    sinks.check_sink(sink, q, q.shape[-2], opts, is_fp8)
     out, lse = sinks.attention(q, k, v, sink, opts)
     return (out, lse, None) if return_attn_probs else out
 
@@ -325,14 +323,13 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     opts = attn_options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, causal,
                         window_size, softcap, alibi_slopes, False)
     seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
+    if learnable_sink is not None:
+        sinks.check_sink(learnable_sink, q, q.shape[-2], opts, is_fp8)
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
         out, lse = ForwardOnly.apply(_paged_forward, _PAGED_NO_BACKWARD, q, k, v, seqlens_k, block_table, opts)
     else:
         out, lse = _paged_forward(q, k, v, seqlens_k, block_table, opts)
     if learnable_sink is not None:
-        if is_fp8:
-            raise NotImplementedError("learnable_sink with float8_e4m3fn inputs is not supported")
-        sinks.check_sink(learnable_sink, q, q.shape[-2], opts)
         out, lse = sinks.fold(out, lse, learnable_sink, varlen=True)
     return (out, lse, None) if return_attn_probs else out
 

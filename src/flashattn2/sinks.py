@@ -21,8 +21,11 @@ from .kernels.params import AttnOptions
 from .kernels.portable import sink as sink_kernels
 
 
-def check_sink(sink: torch.Tensor, q: torch.Tensor, nheads: int, opts: AttnOptions) -> None:
-    """learnable_sink must be (nheads,), float32 or q's dtype, on q's device; dropout is refused."""
+def check_sink(sink: torch.Tensor, q: torch.Tensor, nheads: int, opts: AttnOptions, is_fp8: bool = False) -> None:
+    """learnable_sink must be (nheads,), float32 or q's dtype, on q's device; dropout and FP8 inputs are refused.
+    Called before any kernel runs (a KV-cache call appends to the cache)."""
+    if is_fp8:
+        raise NotImplementedError("learnable_sink with float8_e4m3fn inputs is not supported")
     if not isinstance(sink, torch.Tensor):
         raise TypeError(f"learnable_sink must be a tensor of shape ({nheads},), got {type(sink).__name__}")
     if sink.shape != (nheads,):
