@@ -375,16 +375,17 @@ def _flex_dkdv_blocks(dk, dv, k, v, Q, dOut, Lse, Delta, stride_qm, stride_dom, 
     for t in range(tl.load(Num) * SUBS):
         start_m, sub_start, block_id = _visit_tile(Indices, Ids, t, SUBS, SPARSE_Q, BLOCK_M, PARTIAL)
         offs_m = start_m + offs_m0
-        q = load_rows(Q + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
-                      BLOCK_D, not EVEN)
-        do = load_rows(dOut + offs_m[:, None] * stride_dom + offs_d[None, :], offs_m, seqlen_q, offs_d, HEAD_DIM,
-                       BLOCK_D, not EVEN)
-        if EVEN:
-            lse = tl.load(Lse + offs_m)
-            delta = tl.load(Delta + offs_m)
-        else:
-            lse = tl.load(Lse + offs_m, mask=offs_m < seqlen_q, other=float("-inf"))
-            delta = tl.load(Delta + offs_m, mask=offs_m < seqlen_q, other=0.0)
+        # rows past the end read the last row instead of a masked load (their P is 0 below): triton 3.6 compiled
+        # this loop with masked row loads into wrong dK on sm_90 (d128, 32-row tiles, 2 stages; NOTES, 2026-11-25)
+        rows = offs_m if EVEN else tl.minimum(offs_m, seqlen_q - 1)
+        q = load_rows(Q + rows[:, None] * stride_qm + offs_d[None, :], rows, seqlen_q, offs_d, HEAD_DIM, BLOCK_D,
+                      False)
+        do = load_rows(dOut + rows[:, None] * stride_dom + offs_d[None, :], rows, seqlen_q, offs_d, HEAD_DIM,
+                       BLOCK_D, False)
+        lse = tl.load(Lse + rows)
+        delta = tl.load(Delta + rows)
+        if not EVEN:
+            lse = tl.where(offs_m < seqlen_q, lse, float("-inf"))
         lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
         p, grad = _tile_probs(q, k, lse2, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale, MaskBits, block_id,
                               sub_start + offs_m0, col, off_b, off_h, softmax_scale, captures, MOD_FN, MOD_GRAD,
