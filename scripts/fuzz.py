@@ -48,14 +48,23 @@ def _options(rng: random.Random, lrng: random.Random, seqlen_q: int, seqlen_k: i
 def _check(name, ours, ref, pt, factor):
     passed, err, pt_err = within_tolerance(ours, ref, pt, factor, FLOOR)
     if not passed or torch.isnan(ours).any():
-        raise AssertionError(f"{name}: error {err:.3e} > {factor} x PyTorch's {pt_err:.3e} + {FLOOR}")
+        # the project's rule fails; say whether FlashAttention-3/4's tests (and FA4's own fuzzer) would pass it:
+        # they add 2x the rounding of (ref + 0.3) in the output's dtype, an allowance for tiny cases where
+        # PyTorch's max error is a lucky fraction of an ulp
+        rd = ref.to(ours.dtype)
+        atol = 2 * (rd + 0.3 - 0.3 - rd).abs().max().item() if ref.numel() else 0.0
+        within = "yes" if err <= factor * pt_err + atol else "no"
+        raise AssertionError(f"{name}: error {err:.3e} > {factor} x PyTorch's {pt_err:.3e} + {FLOOR} "
+                             f"(within FA3/FA4's rounding allowance {atol:.1e}: {within})")
 
 
 def _references(reference, ins, dout, grads: bool):
     """(out, dq, dk, dv) of reference(*ins, upcast=...) in float64 and in the input dtype (no grads: None)."""
     results = []
     for upcast in (True, False):
-        xs = [x.detach().requires_grad_(grads) for x in ins]
+        # float64 leaves for the oracle: with input-dtype leaves its gradients come back rounded to that dtype, and
+        # a true value near a rounding midpoint then reads as one ulp of error (fuzz seed 4, case 1100)
+        xs = [(x.detach().double() if upcast else x.detach()).requires_grad_(grads) for x in ins]
         ref, _ = reference(*xs, upcast=upcast)
         if grads:
             ref.backward(dout.double() if upcast else dout)
@@ -368,14 +377,15 @@ def _invalid_case(rng: random.Random) -> tuple[str, callable]:
 
 def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None = None,
               verbose: bool = False, time_limit: float | None = None, progress: int = 0, pool: int | None = None,
-              shard: tuple[int, int] = (0, 1)) -> tuple[list[str], int]:
+              shard: tuple[int, int] = (0, 1), first: int = 0) -> tuple[list[str], int]:
     """Run `cases` cases of a seed (stopping early past time_limit seconds); returns (the failures, one
     reproducer line each, printed as they happen; the number of cases run). pool: each case takes what
     decides its compiled kernels (entry point, dtype, head dim, options) from one of `pool` drawn templates and
     only its lengths and values of its own, so that a long run compiles a bounded set of variants. shard (w, n):
-    this process runs cases i with i % n == w (n processes compile in parallel)."""
+    this process runs cases i with i % n == w (n processes compile in parallel). first: the first case's index
+    (a later run goes on where an earlier one stopped)."""
     failures, ran, start = [], 0, time.monotonic()
-    for i in [only] if only is not None else range(cases):
+    for i in [only] if only is not None else range(first, first + cases):
         if only is None and i % shard[1] != shard[0]:
             continue
         if time_limit is not None and time.monotonic() - start > time_limit:
@@ -432,6 +442,7 @@ def main() -> int:
     ap.add_argument("--progress", type=int, default=0, help="print a count every N cases")
     ap.add_argument("--pool", type=int, default=None,
                     help="draw each case's kernel variant from N templates (a bounded set of compiles)")
+    ap.add_argument("--first", type=int, default=0, help="start at case N (go on after an earlier run)")
     ap.add_argument("--shard", default="0/1", help="W/N: run the cases i with i %% N == W")
     args = ap.parse_args()
     if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -439,7 +450,7 @@ def main() -> int:
         return 2
     shard = tuple(int(x) for x in args.shard.split("/"))
     failures, ran = run_cases(args.seed, args.cases, args.mode, args.max_len, args.only, args.verbose,
-                              args.time_limit, args.progress, args.pool, shard)
+                              args.time_limit, args.progress, args.pool, shard, args.first)
     print(f"{args.mode}: {ran} cases, {len(failures)} failures (seed {args.seed}, device {DEVICE})")
     return 1 if failures else 0
 
