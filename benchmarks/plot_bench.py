@@ -150,10 +150,11 @@ def _seqlen_axis(ax: Any, seqlens: Sequence[int]) -> None:
 def write_feature_plot(path: str | Path, rows: Sequence[Mapping[str, Any]], device: str) -> Path:
     """Forward and backward ms of each feature-benchmark row, as horizontal bars."""
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
-    labels = [f"{r['feature']}: {r['variant']}" for r in rows][::-1]
+    # feature rows (bench_features.py) and group rows (bench_sinks_mla.py); a forward-only row has no backward bar
+    labels = [f"{r.get('feature', r.get('group'))}: {r['variant']}" for r in rows][::-1]
     ys = range(len(rows))
     ax.barh([y + 0.2 for y in ys], [r["fwd_ms"] for r in rows][::-1], height=0.4, label="forward")
-    ax.barh([y - 0.2 for y in ys], [r["bwd_ms"] for r in rows][::-1], height=0.4, label="backward")
+    ax.barh([y - 0.2 for y in ys], [r["bwd_ms"] or 0.0 for r in rows][::-1], height=0.4, label="backward")
     ax.set_yticks(list(ys), labels, fontsize=8)
     ax.set_xlabel("ms (lower is better)")
     ax.set_title(f"flashattn2 feature costs, {device}")

@@ -2,7 +2,7 @@
 # Every kernel family of scripts/sanitize.py under compute-sanitizer: memcheck, then racecheck (issue 30). Logs and
 # a summary land in $OUT (default /tmp/flashattn2-sanitize). Needs a GPU and compute-sanitizer on PATH (or in
 # $CUDA_HOME/bin).
-#   bash scripts/sanitize.sh [family ...]
+#   bash scripts/sanitize.sh [family ...]        (TOOLS="memcheck" for one tool; SANITIZE_TIMEOUT per run, s)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/flashattn2-sanitize}
@@ -13,8 +13,9 @@ families=("$@")
 [ ${#families[@]} -eq 0 ] && families=(fwd-triton bwd-triton fwd-gluon bwd-gluon fp8 kvcache flex sinks-mla)
 # compile outside the sanitizer first (and check every result): the sanitized runs then only launch
 python3 scripts/sanitize.py --family all 2>&1 | tee "$OUT/plain.log" | tail -n 12
+[ "${PIPESTATUS[0]}" -ne 0 ] && echo "plain run failed: see $OUT/plain.log" | tee -a "$OUT/summary.txt"
 status=0
-for tool in memcheck racecheck; do
+for tool in ${TOOLS:-memcheck racecheck}; do
   for family in "${families[@]}"; do
     extra=()
     [ "$tool" = racecheck ] && extra=(--racecheck-report all)

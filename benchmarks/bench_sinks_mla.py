@@ -1,0 +1,160 @@
+"""python benchmarks/bench_sinks_mla.py: what a learnable sink costs, and the unlike-head-dim (MLA) speed (issue 27).
+
+Each row times one call next to its baseline in the same run (median ms, forward and backward alone):
+  sink    flash_attn_func with learnable_sink vs the same call without (target: at most 3% more, each way);
+          gpt-oss's shapes (64 query heads, 8 key heads, head dim 64; causal, and the 128-key sliding window)
+          and head dim 128; decoding through flash_attn_with_kvcache with and without the sink
+  mla     query/key head dim 192, value head dim 128, causal, 16 heads, 16k tokens per batch: ours against
+          SDPA's cuDNN backend on the same tensors (target: at least 1.0x), and ours at 128/128 for scale
+Writes <out-dir>/<stem>_sinks_mla.json and .md.
+"""
+
+import argparse
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_features import time_fwd_bwd  # noqa: E402
+from flashattn2.bench import collect_meta, default_stem  # noqa: E402
+
+TOKENS = 16384
+
+
+def _rand(*shape, grad=True):
+    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
+
+
+def _row(rows, group, variant, fwd, bwd, base=None, tflop=None):
+    row = {"group": group, "variant": variant, "fwd_ms": fwd, "bwd_ms": bwd}
+    if base is not None:
+        row["fwd_ratio"], row["bwd_ratio"] = fwd / base["fwd_ms"], (bwd / base["bwd_ms"] if bwd else None)
+    if tflop is not None:
+        row["fwd_tflops"], row["bwd_tflops"] = tflop / fwd / 1e9, (2.5 * tflop / bwd / 1e9 if bwd else None)
+    rows.append(row)
+    extra = "" if base is None else f"  x{row['fwd_ratio']:.3f} / x{row['bwd_ratio'] or 0:.3f} of the baseline"
+    print(f"{group:5s} {variant:58s} fwd {fwd:8.3f} ms  bwd {bwd or 0:8.3f} ms{extra}", flush=True)
+    return row
+
+
+def _time_fwd(fn, warmup=20, rep=80):
+    import triton.testing
+
+    with torch.no_grad():
+        fn()
+        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def sinks(rows):
+    from flashattn2 import flash_attn_func, flash_attn_with_kvcache
+
+    for name, heads, heads_k, hdim, seqlen, window in (
+            ("gpt-oss causal", 64, 8, 64, 4096, (-1, -1)),
+            ("gpt-oss window 128", 64, 8, 64, 4096, (128, 0)),
+            ("gpt-oss causal", 64, 8, 64, 16384, (-1, -1)),
+            ("d128 causal", 16, 16, 128, 4096, (-1, -1)),
+            ("d128 causal", 16, 16, 128, 16384, (-1, -1))):
+        batch = max(1, TOKENS // seqlen)
+        q = _rand(batch, seqlen, heads, hdim)
+        k, v = (_rand(batch, seqlen, heads_k, hdim) for _ in range(2))
+        sink = torch.randn(heads, device="cuda", dtype=torch.float32, requires_grad=True)
+        label = f"{name}, {batch} x {seqlen}, {heads}/{heads_k} heads, d{hdim}"
+        call = functools.partial(flash_attn_func, q, k, v, causal=True, window_size=window)
+        base = _row(rows, "sink", f"{label}: no sink", *time_fwd_bwd(call, [q, k, v]))
+        _row(rows, "sink", f"{label}: learnable_sink", *time_fwd_bwd(
+            functools.partial(call, learnable_sink=sink), [q, k, v, sink]), base=base)
+        del q, k, v, call
+    # decoding: one new token per sequence over a 8k cache
+    batch, cache, heads, heads_k, hdim = 32, 8192, 64, 8, 64
+    k_cache, v_cache = (_rand(batch, cache, heads_k, hdim, grad=False) for _ in range(2))
+    q = _rand(batch, 1, heads, hdim, grad=False)
+    seqlens = torch.full((batch,), cache, device="cuda", dtype=torch.int32)
+    sink = torch.randn(heads, device="cuda", dtype=torch.float32)
+    label = f"decode, {batch} x 1 over {cache} keys, {heads}/{heads_k} heads, d{hdim}"
+    base = _row(rows, "sink", f"{label}: no sink",
+                _time_fwd(lambda: flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)), None)
+    _row(rows, "sink", f"{label}: learnable_sink", _time_fwd(lambda: flash_attn_with_kvcache(
+        q, k_cache, v_cache, cache_seqlens=seqlens, learnable_sink=sink)), None, base=base)
+
+
+def mla(rows):
+    from flashattn2 import flash_attn_func
+
+    heads = 16
+    for seqlen in (2048, 4096, 8192, 16384):
+        batch = TOKENS // seqlen
+        # causal attention FLOPs: half of 2 * (d_qk + d_v) per pair
+        flop = batch * heads * seqlen * seqlen * (192 + 128)
+        q, k = (_rand(batch, seqlen, heads, 192) for _ in range(2))
+        v = _rand(batch, seqlen, heads, 128)
+        qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
+
+        def cudnn(qt=qt, kt=kt, vt=vt):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+
+        label = f"192/128 causal, {batch} x {seqlen}, {heads} heads"
+        try:
+            base = _row(rows, "mla", f"{label}: SDPA cuDNN", *time_fwd_bwd(cudnn, [qt, kt, vt]), tflop=flop)
+        except RuntimeError as exc:  # cuDNN may refuse a shape: say so and go on
+            print(f"mla   {label}: SDPA cuDNN refused: {str(exc).splitlines()[0]}", flush=True)
+            base = None
+        _row(rows, "mla", f"{label}: ours", *time_fwd_bwd(
+            functools.partial(flash_attn_func, q, k, v, causal=True), [q, k, v]), base=base, tflop=flop)
+        q2, k2, v2 = (_rand(batch, seqlen, heads, 128) for _ in range(3))
+        _row(rows, "mla", f"128/128 causal, {batch} x {seqlen}, {heads} heads: ours", *time_fwd_bwd(
+            functools.partial(flash_attn_func, q2, k2, v2, causal=True), [q2, k2, v2]),
+            tflop=batch * heads * seqlen * seqlen * 256)
+        del q, k, v, qt, kt, vt, q2, k2, v2
+
+
+def write(rows, meta, out_dir: Path, stem: str) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{stem}_sinks_mla.json", out_dir / f"{stem}_sinks_mla.md"]
+    paths[0].write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    lines = ["# flashattn2: sink cost and unlike head dims (MLA)", ""] + [f"- {k}: {v}" for k, v in meta.items()]
+    lines += ["", "bf16; median ms of forward and of backward alone; ratio: against the row's baseline (the call "
+              "without a sink; SDPA cuDNN for MLA).", "",
+              "| group | variant | fwd ms | bwd ms | fwd ratio | bwd ratio | fwd TFLOP/s | bwd TFLOP/s |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
+
+    def f(x, fmt):
+        return "" if x is None else format(x, fmt)
+
+    lines += [f"| {r['group']} | {r['variant']} | {r['fwd_ms']:.3f} | {f(r['bwd_ms'], '.3f')} | "
+              f"{f(r.get('fwd_ratio'), '.3f')} | {f(r.get('bwd_ratio'), '.3f')} | {f(r.get('fwd_tflops'), '.0f')} | "
+              f"{f(r.get('bwd_tflops'), '.0f')} |" for r in rows]
+    paths[1].write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python benchmarks/bench_sinks_mla.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--out-dir", default="benchmarks/results")
+    parser.add_argument("--tag", default=None)
+    parser.add_argument("--only", choices=("sink", "mla"), default=None)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: this benchmark needs one", file=sys.stderr)
+        return 2
+    start, rows = time.time(), []
+    if args.only in (None, "sink"):
+        sinks(rows)
+    if args.only in (None, "mla"):
+        mla(rows)
+    meta = collect_meta(torch.cuda.get_device_name(), argv, prog="python benchmarks/bench_sinks_mla.py")
+    meta["elapsed_s"] = round(time.time() - start, 1)
+    stem = args.tag or default_stem(torch.cuda.get_device_name())
+    for path in write(rows, meta, Path(args.out_dir), stem):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
