@@ -22,7 +22,7 @@ from flashattn2.kernels.portable.forward import attention_fwd_kernel
 
 FLOAT_ARGS = {"qk_scale", "softmax_scale", "softcap_in2", "softcap_out", "dropout_p"}
 FP32_POINTERS = {"Lse", "Delta"}
-OPTIONAL_POINTERS = ("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed", "QDescale", "KDescale", "VDescale")
+OPTIONAL_POINTERS = ("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed", "QDescale", "KDescale", "VDescale", "Sink")
 # (batch, row, head) stride triples and the (batch, head) pair of the row statistics: one tuple argument each
 TUPLE_ARGS = {"stride_lse": 2}
 PLAIN = dict(HAS_LEFT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_DROPOUT=False, USE_TMA=False,

@@ -49,6 +49,8 @@ def triton_ptx(fn, constexprs: dict, num_warps: int, num_stages: int, types: dic
     """types: argument -> type where the defaults (bf16 pointers, i32 ints) do not hold; unused: pointer
     arguments passed as None."""
     constexprs = {**constexprs, **dict.fromkeys(unused)}
+    if "Sink" in fn.arg_names and "Sink" not in constexprs and not (types and "Sink" in types):
+        constexprs["Sink"] = None  # a call without learnable sinks passes None, as every launch but theirs does
     for param in fn.params:  # constexpr defaults (LONG_ROWS, IS_FP8, ...) as a launch leaves them
         if param.is_constexpr and param.name not in constexprs and param.default is not inspect.Parameter.empty:
             constexprs[param.name] = param.default

@@ -70,6 +70,9 @@ VARIANTS = [
     # measured faster than 64-key tiles all the same (benchmarks/NOTES.md)
     (256, torch.float8_e4m3fn, {"HAS_LEFT": True, "HAS_RIGHT": True, "MAY_SPILL": True}),
     (128, torch.float8_e4m3fn, {"HAS_SOFTCAP": True, "HAS_ALIBI": True, "MAY_SPILL": True}),
+    # learnable sinks folded into the final normalisation (sinks.py)
+    (128, torch.bfloat16, {"SINK": True, "HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True}),
+    (64, torch.float16, {"SINK": True, "IS_VARLEN": True, "HAS_LEFT": True, "HAS_RIGHT": True}),
     # the block-sparse mode (flex_attention's forward, sm90/flex.py): 4-32 bytes of spills under triton 3.6
     (128, torch.bfloat16, {"BLOCK_SPARSE": True, "REVERSE_M": True, "MAY_SPILL": True}),
     (64, torch.float16, {"BLOCK_SPARSE": True, "REVERSE_M": True, "MAY_SPILL": True}),

@@ -115,8 +115,8 @@ from flashattn2.kernels.portable import backward, forward
 
 base = dict(HEAD_DIM=128, BLOCK_D=128, HAS_LEFT=True, HAS_RIGHT=True, IS_VARLEN=False, HAS_SOFTCAP=False,
             HAS_ALIBI=False, HAS_DROPOUT=False, USE_TMA=False, INTERPRET=False, CuSeqlensQ=None, CuSeqlensK=None,
-            AlibiSlopes=None, Seed=None, QDescale=None, KDescale=None, VDescale=None, LONG_ROWS=True, IS_FP8=False,
-            V_T=False, stride_vd=1, HEAD_DIM_V=0, BLOCK_DV=0)
+            AlibiSlopes=None, Seed=None, QDescale=None, KDescale=None, VDescale=None, Sink=None, LONG_ROWS=True,
+            IS_FP8=False, V_T=False, stride_vd=1, HEAD_DIM_V=0, BLOCK_DV=0)
 # strides go as (batch, row, head) tuples, the row statistics' as (batch, head)
 strides = dict({n: ("i32",) * 3 for n in ("stride_q", "stride_k", "stride_v", "stride_o", "stride_do", "stride_dq",
                                           "stride_dk", "stride_dv")}, stride_lse=("i32", "i32"))

@@ -100,6 +100,12 @@ ps.triton_ptx(sink.sink_fold_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64,
               types=dict(rows, Sink="*fp32"))
 ps.triton_ptx(sink.sink_grad_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64), 4, 1,
               types=dict(rows, Sink="*bf16", Partial="*fp32"))
+# the forward with its sinks folded in (a float32 and a bf16 sink)
+for sink_type in ("*fp32", "*bf16"):
+    ps.triton_ptx(forward.attention_fwd_kernel, dict(ps.PLAIN, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=128, BLOCK_N=64,
+                                                     HAS_RIGHT=True), 8, 2,
+                  types={"Sink": sink_type},
+                  unused=("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed", "QDescale", "KDescale", "VDescale"))
 """
 
 

@@ -6,7 +6,9 @@ exp(s_h - L), where L = logsumexp(S, s_h). Everything follows from the call with
 
     L = logaddexp(lse0, s_h)          out = out0 * exp(lse0 - L)
 
-(a row that sees no key has lse0 = -inf here: out 0, L = s_h). The backward kernels need no change: given out and
+(a row that sees no key has lse0 = -inf here: out 0, L = s_h). The forward kernels do this in their final
+normalisation (device/softmax.finalize), and fold() after the call where they do not (traced calls, the KV-cache
+and paged kernels). The backward kernels need no change: given out and
 L they form P_j = exp(S_j - L) and dS = P (dP - Delta) with Delta = rowsum(dO out), which is the gradient of the
 call with the sink, because the sink carries no value. The sink's own gradient is
 d s_h = -sum over the head's rows of exp(s_h - L) Delta.
@@ -95,10 +97,19 @@ def _raw_backward(dout, q, k, v, out, lse, opts: AttnOptions):
     return ops.backward(dout, q, k, v, out, lse, opts)
 
 
+def _forward(q, k, v, sink, opts: AttnOptions):
+    """(out, lse) with the sink: the forward kernels fold it into their own normalisation (out rounded once, no
+    second pass) in eager calls; traced calls fold it after the custom op, in torch ops."""
+    if ops.is_traced(q):
+        return fold(*_raw_forward(q, k, v, opts), sink, opts.varlen)
+    out, lse, _ = ops.forward(q, k, v, opts._replace(learnable_sink=sink.detach().contiguous()))
+    return out, lse
+
+
 class _SinkAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, sink, opts: AttnOptions):
-        out, lse = fold(*_raw_forward(q, k, v, opts), sink, opts.varlen)
+        out, lse = _forward(q, k, v, sink, opts)
         ctx.save_for_backward(q, k, v, sink, out, lse)
         ctx.opts = opts
         ctx.mark_non_differentiable(lse)
@@ -118,4 +129,4 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Ten
     """(out, lse) with the sink, autograd to q, k, v and the sink; lse includes the sink."""
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, sink)):
         return _SinkAttention.apply(q, k, v, sink, opts)
-    return fold(*_raw_forward(q, k, v, opts), sink, opts.varlen)
+    return _forward(q, k, v, sink, opts)

@@ -28,6 +28,9 @@ class AttnOptions(NamedTuple):
     max_seqlen_q: int = 0  # packed sequences only: the longest one
     max_seqlen_k: int = 0
     deterministic: bool = False  # backward: no atomics, bitwise repeatable
+    # (nheads,) attention sinks the forward kernels fold in (sinks.py); eager forward calls only: the custom ops
+    # and the backward take the calls without it
+    learnable_sink: torch.Tensor | None = None
 
     @property
     def varlen(self) -> bool:
@@ -48,9 +51,10 @@ class AttnOptions(NamedTuple):
     def plan_key(self) -> tuple:
         """Everything about the options that a launch plan depends on: the values, and of the optional
         tensors what Triton specialises on (presence, dtype, layout, pointer alignment)."""
-        alibi, cu_q, seed = self.alibi_slopes, self.cu_seqlens_q, self.rng_seed
+        alibi, cu_q, seed, sink = self.alibi_slopes, self.cu_seqlens_q, self.rng_seed, self.learnable_sink
         return (self.softmax_scale, self.window_left, self.window_right, self.softcap, self.dropout_p,
                 self.max_seqlen_q, self.max_seqlen_k, self.deterministic,
+                None if sink is None else (sink.dtype, sink.data_ptr() & 15),
                 None if alibi is None else (alibi.dtype, alibi.shape, alibi.stride(), alibi.data_ptr() & 15),
                 None if cu_q is None else (cu_q.dtype, cu_q.shape, cu_q.data_ptr() & 15,
                                            self.cu_seqlens_k.dtype, self.cu_seqlens_k.data_ptr() & 15),

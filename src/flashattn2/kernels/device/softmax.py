@@ -31,8 +31,18 @@ def online_softmax_update(qk, m_i, l_i, qk_scale, MASKED: tl.constexpr, P_SHIFT:
 
 
 @triton.jit
-def finalize(acc, m_i, l_i, P_SHIFT: tl.constexpr = 0.0):
-    """Divide by the row sum once, at the end; rows that saw no key give 0 and lse = +inf."""
+def finalize(acc, m_i, l_i, P_SHIFT: tl.constexpr = 0.0, sink2=0.0, HAS_SINK: tl.constexpr = False):
+    """Divide by the row sum once, at the end; rows that saw no key give 0 and lse = +inf.
+
+    HAS_SINK: sink2 (log2 units, a scalar or one per row) is one more logit of the row with no value (sinks.py):
+    it joins the sum here, where the row's max and sum are known, so out is rounded once and lse includes it."""
+    if HAS_SINK:
+        top = tl.maximum(m_i, sink2)
+        top = tl.where(top == float("-inf"), 0.0, top)  # a -inf sink on a row without keys: stays empty
+        alpha = tl.math.exp2(m_i - top)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha + tl.math.exp2(sink2 - top + P_SHIFT)  # P_SHIFT: l carries 2**P_SHIFT (FP8)
+        m_i = top
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     log2_sum = m_i + tl.math.log2(tl.where(empty, 1.0, l_i))

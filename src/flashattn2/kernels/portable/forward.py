@@ -56,7 +56,7 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
 
 @triton.jit(do_not_specialize=ROW_COUNTS)
 def attention_fwd_kernel(
-    Q, K, V, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed, QDescale, KDescale, VDescale,
+    Q, K, V, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed, QDescale, KDescale, VDescale, Sink,
     stride_q, stride_k, stride_v, stride_o, stride_lse, stride_alibi_b,
     nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
     softcap_out, dropout_p,
@@ -72,6 +72,8 @@ def attention_fwd_kernel(
     IS_FP8: Q, K, V are float8 e4m3 whose true values are theirs times the (batch, kv head) factors in
     QDescale, KDescale, VDescale (contiguous (batch, nheads_k) fp32); P goes to V in e4m3 too.
     V_T: V has a unit row stride and stride_vd between head-dim elements (v_layout.keys_last).
+    Sink: None, or (nheads,) learnable sinks (float32 or the inputs' dtype), one more logit of each row with no
+    value: Out and Lse come with it (sinks.py).
 
     qk_scale is softmax_scale * log2(e). Q, K, V, Out are (batch, seqlen, heads, head_dim) with any
     strides but a unit last one, or packed (total, heads, head_dim) with cumulative lengths (varlen).
@@ -140,7 +142,10 @@ def attention_fwd_kernel(
                 alibi_slope, seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                 HAS_ALIBI, HAS_DROPOUT, r != 1, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd, offs_dv, DV, BDV)
 
-    out, lse = finalize(acc, m_i, l_i, P_SHIFT)
+    sink2 = 0.0
+    if Sink is not None:
+        sink2 = tl.load(Sink + off_h).to(tl.float32) * 1.4426950408889634
+    out, lse = finalize(acc, m_i, l_i, P_SHIFT, sink2, Sink is not None)
     if HAS_DROPOUT:
         out = out * (1.0 / (1.0 - dropout_p))
     if IS_FP8:
@@ -271,11 +276,12 @@ class ForwardPlan:
         pointers = opts.tensors()
         if self.fp8:
             v = keys_last(v)
+        sink = opts.learnable_sink
         if self.tma_block is None:
-            self.attend(q, k, v, out, lse, *pointers, *descales)
+            self.attend(q, k, v, out, lse, *pointers, *descales, sink)
         else:
             self.attend(q, row_tiles(k, *self.tma_block), row_tiles(v, *self.tma_block), out, lse, *pointers,
-                        *descales)
+                        *descales, sink)
         if probs is not None:
             self.dump(q, k, lse, probs, *pointers)
         return out, lse, probs

@@ -96,7 +96,7 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
     attend = Launch(attention_fwd_sm90_kernel, (cdiv(seqlen_q, ITEM_ROWS) * batch * nheads, 1, 1), (), named,
                     num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG[CONSUMERS]))
     attend(descriptor(qt, q_block, q_layout), descriptor(kt, kv_block, kv_layout), descriptor(vt, kv_block, kv_layout),
-           descriptor(ot, q_block, q_layout), out, lse, None, None, None, None, None, None, None)
+           descriptor(ot, q_block, q_layout), out, lse, None, None, None, None, None, None, None, None)
     return out, lse
 
 

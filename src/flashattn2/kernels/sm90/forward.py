@@ -526,7 +526,7 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
 
 @gluon.jit
 def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale,
-              stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid: WorkGrid, lists: BlockLists,
+              Sink, stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid: WorkGrid, lists: BlockLists,
               mod: ScoreMod, qk_scale, softcap_in2,
               softcap_out, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
@@ -574,7 +574,11 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
                 # every S of this item retired inside _attend: the producer may load the next item's Q now
                 mbarrier.arrive(sm.q_empty.index(qs), count=1)
 
-            out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), P_SHIFT)
+            sink2 = 0.0
+            if Sink is not None:
+                sink2 = gl.load(Sink + off_h).to(gl.float32) * 1.4426950408889634
+            out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), P_SHIFT, sink2,
+                                Sink is not None)
             if lists.on:
                 lse = gl.where(lse == float("inf"), float("-inf"), lse)  # FlexAttention's row that sees no key
             if IS_FP8:
@@ -615,7 +619,7 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
 @gluon.jit(do_not_specialize=ROW_COUNTS)
 def attention_fwd_sm90_kernel(
     q_desc, k_desc, v_desc, o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale,
-    Schedule, stride_o, stride_lse, stride_alibi_b,
+    Schedule, Sink, stride_o, stride_lse, stride_alibi_b,
     batch, nheads, group, seqlen_q, seqlen_k, total_q, total_k, qk_scale, window_left, window_right, softcap_in2,
     softcap_out, section,
     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
@@ -693,15 +697,15 @@ def attention_fwd_sm90_kernel(
         gl.warp_specialize([
             (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
                          REVERSE_M, IS_FP8)),
-            (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+            (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
-            (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+            (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
-            (_consumer, (2, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+            (_consumer, (2, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
@@ -710,11 +714,11 @@ def attention_fwd_sm90_kernel(
         gl.warp_specialize([
             (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
                          REVERSE_M, IS_FP8)),
-            (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+            (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
-            (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, stride_om,
+            (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
@@ -826,7 +830,7 @@ class Sm90ForwardPlan:
             o_desc = descriptor(out, self.q_block, self.q_layout)
         self.attend(descriptor(q, self.q_block, self.q_layout),
                     descriptor(k, self.kv_block, self.kv_layout), v_desc, o_desc, out, lse, cu_q, cu_k,
-                    alibi, *descales, self.schedule)
+                    alibi, *descales, self.schedule, opts.learnable_sink)
         return out, lse, None
 
 
@@ -838,13 +842,15 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     """Compile one variant of the kernel for sm_90 without a GPU: CI catches a Gluon API change of a new
     Triton release this way. flags: the kernel's constexpr flags (HAS_LEFT, HAS_RIGHT, IS_VARLEN,
     HAS_SOFTCAP, HAS_ALIBI, REVERSE_M; False when left out), CONFIGS' tuning keys, SCHEDULED (a
-    persistent causal grid's schedule table), THREE_CONSUMERS (CONSUMERS=3) and BLOCK_SPARSE (a block mask's
-    lists); score_mod: a score_mod.CompiledMod (with BLOCK_SPARSE). dtype torch.float8_e4m3fn compiles the FP8
-    variant."""
+    persistent causal grid's schedule table), SINK (learnable sinks), THREE_CONSUMERS (CONSUMERS=3) and
+    BLOCK_SPARSE (a block mask's lists); score_mod: a score_mod.CompiledMod (with BLOCK_SPARSE). dtype
+    torch.float8_e4m3fn compiles the FP8 variant."""
     fp8 = dtype == torch.float8_e4m3fn
     constants = dict((CONFIGS_FP8 if fp8 else CONFIGS)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
-                     IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, Schedule=None)
+                     IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, Schedule=None,
+                     Sink=None)
     scheduled = flags.pop("SCHEDULED", False)
+    sink = flags.pop("SINK", False)
     block_sparse = flags.pop("BLOCK_SPARSE", False)
     constants.update(SPARSE_Q=128, SPARSE_KV=128)
     if not block_sparse:
@@ -853,6 +859,8 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
         constants.update(CONSUMERS=3, PINGPONG=False)
     if scheduled:
         del constants["Schedule"]
+    if sink:
+        del constants["Sink"]
     constants.update(flags)
     block_n = constants["BLOCK_N"]
     # launch-grid choices, not kernel flags
@@ -861,6 +869,8 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
                  AlibiSlopes="*fp32", qk_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
     if scheduled:
         types["Schedule"] = "*i32"
+    if sink:
+        types["Sink"] = "*fp32"
     if block_sparse:
         types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
     mod_signature(score_mod, constants, types)
