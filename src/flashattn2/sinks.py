@@ -77,8 +77,17 @@ def sink_grad(dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, sink: to
 def _sink_grad_torch(dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
                      varlen: bool) -> torch.Tensor:
     delta = (dout.float() * out.float()).sum(-1).transpose(-1, -2)  # like lse
+    return _dsink(delta, lse, sink, varlen)
+
+
+def _dsink(delta: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor, varlen: bool,
+           rows: torch.Tensor | None = None) -> torch.Tensor:
+    """d sink from Delta = rowsum(dout * out) laid out like lse (batch, heads, seqlen) or (heads, total); rows: the
+    packed rows that hold one (the others add nothing)."""
     p_sink = torch.exp(_head_view(sink, lse, varlen) - lse)
     grad = -(p_sink * delta)
+    if rows is not None:
+        grad = torch.where(rows, grad, 0.0)
     grad = grad.sum(-1) if varlen else grad.sum((0, 2))
     return grad.to(sink.dtype)
 
@@ -119,9 +128,17 @@ class _SinkAttention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         q, k, v, sink, out, lse = ctx.saved_tensors
         dout = dout.contiguous()
-        dq, dk, dv = _raw_backward(dout, q, k, v, out, lse, ctx.opts)
-        dsink = sink_grad(dout, out, lse, sink, ctx.opts.varlen) if ctx.needs_input_grad[3] else None
-        return dq, dk, dv, dsink, None
+        if ops.is_traced(q) or not ctx.needs_input_grad[3]:
+            dq, dk, dv = _raw_backward(dout, q, k, v, out, lse, ctx.opts)
+            dsink = sink_grad(dout, out, lse, sink, ctx.opts.varlen) if ctx.needs_input_grad[3] else None
+            return dq, dk, dv, dsink, None
+        # eager: the backward's own Delta = rowsum(dout * out) gives dsink without another pass over dout and out
+        delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
+        dq, dk, dv = ops.backward(dout, q, k, v, out, lse, ctx.opts, delta=delta)
+        rows = None
+        if ctx.opts.varlen:  # a packed batch's rows past its last sequence have no Delta (nor lse)
+            rows = torch.arange(lse.shape[-1], device=lse.device) < ctx.opts.cu_seqlens_q[-1]
+        return dq, dk, dv, _dsink(delta, lse, sink, ctx.opts.varlen, rows), None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor,

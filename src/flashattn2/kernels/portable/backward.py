@@ -390,12 +390,17 @@ class BackwardPlan:
             dict(named, group=nheads // nheads_k, BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n),
             cfg.dq_num_warps, cfg.dq_num_stages)
 
-    def __call__(self, dout, q, k, v, out, lse, opts):
+    def __call__(self, dout, q, k, v, out, lse, opts, delta=None):
+        """(dq, dk, dv); delta: a contiguous float32 tensor like lse to receive Delta = rowsum(dO * O) (the sinks'
+        gradient reads it), else the plan's own."""
         if self.empty:
-            # nothing to attend to (or nobody attending): every gradient is zero
+            # nothing to attend to (or nobody attending): every gradient is zero, and so is every out and Delta
+            if delta is not None:
+                delta.zero_()
             return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         device = self.device
-        delta = common.empty(self.lse_shape, torch.float32, device)
+        if delta is None:
+            delta = common.empty(self.lse_shape, torch.float32, device)
         # the fused kernel adds softmax_scale * dQ into an fp32 buffer, tile by tile; the preprocess zeroes
         # the rows of every sequence (like dq on the other paths, a packed batch's rows past cu_seqlens_q[-1]
         # are left unwritten)
