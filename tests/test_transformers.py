@@ -1,5 +1,5 @@
 """The transformers backend (flashattn2.integrations.transformers): tiny random-init Llama, Mistral (sliding
-window) and Gemma-2 (softcap) models give the logits and gradients of a float64 eager model within the pass
+window), Gemma-2 (softcap), gpt-oss (sinks) and DeepSeek-V3 (MLA: unlike value head dim) models give the logits and gradients of a float64 eager model within the pass
 rule (our error at most 3x that of attn_implementation="sdpa" in bf16), with and without padding, packed
 sequences by position ids, and the greedy tokens of sdpa in generate()."""
 
@@ -32,11 +32,18 @@ CONFIGS = {
         num_key_value_heads=2, head_dim=16, max_position_embeddings=128, sliding_window=7,
         layer_types=["sliding_attention", "full_attention"], num_local_experts=4, num_experts_per_tok=2,
         rope_scaling=None),
+    # DeepSeek-V3's multi-head latent attention: query/key head dim 24 (16 + 8 rotary), value head dim 16; a
+    # mixture of experts after the first layer
+    "deepseek_v3": lambda: transformers.DeepseekV3Config(
+        vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16,
+        qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=1,
+        n_group=1, topk_group=1, max_position_embeddings=128, rope_scaling=None),
 }
 
 
 # the input-dtype comparison: sdpa where transformers offers it for the architecture, eager otherwise
-PEER = {"llama": "sdpa", "mistral": "sdpa", "gemma2": "eager", "gpt_oss": "eager"}
+PEER = {"llama": "sdpa", "mistral": "sdpa", "gemma2": "eager", "gpt_oss": "eager", "deepseek_v3": "sdpa"}
 
 
 def _models(name):
@@ -44,7 +51,7 @@ def _models(name):
     config = CONFIGS[name]()
     # each model gets its own config: from_config records the implementation on it
     # the experts' eager loop: the default grouped matmul has no float64
-    extra = {"experts_implementation": "eager"} if name == "gpt_oss" else {}
+    extra = {"experts_implementation": "eager"} if name in ("gpt_oss", "deepseek_v3") else {}
     ref = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation="eager", **extra)
     ref = ref.to(device=DEVICE, dtype=torch.float64)
     for module in ref.modules():
@@ -111,7 +118,7 @@ def test_packed_sequences_by_position_ids_match_separate_sequences():
     assert (joined[0, 9:] - sep[0, 9:]).abs().max() > 0.1
 
 
-@pytest.mark.parametrize("name", ["llama", "gemma2", "gpt_oss"])
+@pytest.mark.parametrize("name", ["llama", "gemma2", "gpt_oss", "deepseek_v3"])
 def test_generate_gives_the_peers_greedy_tokens(name):
     models = _models(name)
     torch.manual_seed(3)

@@ -488,16 +488,14 @@ def check_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn
 
 def check_transformers_call(query: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
                             kwargs: Mapping) -> None:
-    """The Hugging Face attention function's call: no attention weights asked for, a 2-D padding mask (or none),
-    one head dim for query and value. Sinks (s_aux) are learnable_sink's own checks."""
+    """The Hugging Face attention function's call: no attention weights asked for, a 2-D padding mask (or none).
+    Sinks (s_aux) and a value head dim unlike the query's (MLA) are flash_attn_func's own checks."""
     if kwargs.get("output_attentions", False):
         raise NotImplementedError("flashattn2 does not return attention weights (output_attentions=True): use "
                                   "attn_implementation='eager' for them")
     if attention_mask is not None and attention_mask.dim() != 2:
         raise ValueError(f"flashattn2 takes the 2-D padding mask its registered mask function builds, got a "
                          f"{attention_mask.dim()}-D mask: was the model's mask built for another implementation?")
-    if value.shape[-1] != query.shape[-1]:
-        raise NotImplementedError(f"value head dim {value.shape[-1]} differs from the query's {query.shape[-1]}")
 
 
 # ----------------------------------------------------------------------------------------------
