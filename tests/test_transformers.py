@@ -1,7 +1,8 @@
 """The transformers backend (flashattn2.integrations.transformers): tiny random-init Llama, Mistral (sliding
-window), Gemma-2 (softcap), gpt-oss (sinks) and DeepSeek-V3 (MLA: unlike value head dim) models give the logits and gradients of a float64 eager model within the pass
-rule (our error at most 3x that of attn_implementation="sdpa" in bf16), with and without padding, packed
-sequences by position ids, and the greedy tokens of sdpa in generate()."""
+window), Gemma-2 (softcap), gpt-oss (sinks) and DeepSeek-V3 (MLA: unlike value head dim) models give the logits
+and gradients of a float64 eager model within the pass rule (our error at most 3x that of the peer
+implementation in bf16), with and without padding, packed sequences by position ids, and the greedy tokens of
+the peer in generate()."""
 
 import copy
 
