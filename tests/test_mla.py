@@ -88,7 +88,7 @@ _COMPILE = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import ptx_snapshot as ps
-from flashattn2.kernels.portable import backward, forward, sink
+from flashattn2.kernels.portable import backward, combine, forward, kvcache, sink
 
 mla = dict(ps.PLAIN, HEAD_DIM=192, BLOCK_D=256, HEAD_DIM_V=128, BLOCK_DV=128)
 ps.triton_ptx(forward.attention_fwd_kernel, dict(mla, BLOCK_M=64, BLOCK_N=32, HAS_RIGHT=True), 4, 2,
@@ -106,6 +106,17 @@ for sink_type in ("*fp32", "*bf16"):
                                                      HAS_RIGHT=True), 8, 2,
                   types={"Sink": sink_type},
                   unused=("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed", "QDescale", "KDescale", "VDescale"))
+# the KV-cache kernel folding a sink in (one split), and the merge of splits taking it as one more part
+kv = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=64, G=4, G_PAD=4, NUM_SPLITS=1, HAS_LEFT=False,
+          HAS_RIGHT=True, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SEQLENS=True, HAS_LEFTPAD=False,
+          HAS_BATCH_IDX=False, PAGED=True, INTERPRET=False)
+ps.triton_ptx(kvcache.kvcache_attention_kernel, kv, 4, 2,
+              {"stride_o": ("i32",) * 4, "stride_lse": ("i32",) * 4, "Sink": "*fp32"},
+              ("CacheLeftpad", "CacheBatchIdx", "CuSeqlensQ", "AlibiSlopes", "QDescale", "KDescale", "VDescale"))
+ps.triton_ptx(combine.combine_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_R=16, INTERPRET=False), 4, 1,
+              {"OutP": "*fp32", "LseP": "*fp32", "Lse": "*fp32", "Sink": "*bf16", "stride_out_part": ("i32",) * 4,
+               "stride_lse_part": ("i32",) * 4, "stride_out": ("i32",) * 3, "stride_lse": ("i32",) * 3,
+               "empty_lse": "fp32"})
 """
 
 

@@ -102,8 +102,9 @@ def test_varlen_sink_forward_and_gradients():
     assert_close_to_ref("dsink", sink.grad, dsink_ref[0], dsink_ref[1].float(), BWD_FACTOR)
 
 
-@pytest.mark.parametrize("paged", [False, True])
-def test_kvcache_and_paged_varlen_sink_forward(paged):
+@pytest.mark.parametrize("paged,num_splits", [(False, 1), (False, 3), (True, 0)])
+def test_kvcache_and_paged_varlen_sink_forward(paged, num_splits):
+    # the KV-cache kernel folds the sink in when it does not split the keys, the merge of the splits when it does
     torch.manual_seed(3)
     batch, heads, heads_k, head_dim, lens = 2, 4, 1, 64, [37, 80]
     sink = torch.randn(heads, device=DEVICE) * 2
@@ -121,7 +122,8 @@ def test_kvcache_and_paged_varlen_sink_forward(paged):
         out, lse = out[:, None], lse.transpose(0, 1)[..., None]  # as (batch, 1, heads, dim), (batch, heads, 1)
     else:
         out, lse = flashattn2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
-                                                      learnable_sink=sink, return_softmax_lse=True)
+                                                      learnable_sink=sink, return_softmax_lse=True,
+                                                      num_splits=num_splits)
     for b, n in enumerate(lens):
         seq = (q[b:b + 1], k_cache[b:b + 1, :n], v_cache[b:b + 1, :n])
         ref, ref_lse = attention_ref(*seq, learnable_sink=sink.double())

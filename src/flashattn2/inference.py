@@ -152,7 +152,8 @@ def flash_attn_with_kvcache(
     given = (q_descale, k_descale, v_descale)
     key = None if traced else _seen_key(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
                                         cache_batch_idx, cache_leftpad, block_table, alibi_slopes, softmax_scale,
-                                        causal, window_size, softcap, rotary_interleaved, num_splits, given)
+                                        causal, window_size, softcap, rotary_interleaved, num_splits,
+                                        (*given, learnable_sink))
     seen = None if key is None else _seen.get(key)
     key_q, key_k, key_v = q, k, v
     plan = None
@@ -173,6 +174,8 @@ def flash_attn_with_kvcache(
         opts = opts._replace(alibi_slopes=alibi_slopes)
     if learnable_sink is not None:  # before the call appends to the cache
         sinks.check_sink(learnable_sink, q, q.shape[-2], opts, descales is not None)
+        if not traced:  # the kernels fold it in (the traced op takes none: fold() below)
+            opts = opts._replace(learnable_sink=learnable_sink.detach().contiguous())
     if checks.STRICT:  # the values, at every call (a repeated call skips only the checks of shapes and types)
         strict_kvcache(k_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, q.shape[0],
                        0 if k is None else k.shape[1])
@@ -191,8 +194,8 @@ def flash_attn_with_kvcache(
         unchanged = (q is key_q and k is key_k and v is key_v and opts.alibi_slopes is alibi_slopes
                      and (descales is None or all(a is b for a, b in zip(descales, given, strict=True))))
         if seen is None and key is not None and unchanged:
-            _seen.add(key, (opts._replace(alibi_slopes=None), plan))
-    if learnable_sink is not None:
+            _seen.add(key, (opts._replace(alibi_slopes=None, learnable_sink=None), plan))
+    if learnable_sink is not None and traced:
         out, lse = sinks.fold(out, lse, learnable_sink, varlen=False)
     return (out, lse) if return_softmax_lse else out
 

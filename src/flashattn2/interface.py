@@ -28,7 +28,7 @@ from .kernels.backends import forward_plan
 from .kernels.launch import PlanCache, align
 from .kernels.params import AttnOptions
 from .kernels.portable.kvcache import kvcache_attention
-from .ops import ForwardOnly, attention
+from .ops import ForwardOnly, attention, is_traced
 
 # ----------------------------------------------------------------------------------------------
 # public API (flash_attn 2.x names, argument order, defaults and return values)
@@ -323,13 +323,16 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     opts = attn_options(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 0.0, softmax_scale, causal,
                         window_size, softcap, alibi_slopes, False)
     seqlens_k = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).to(torch.int32)
+    traced = is_traced(q)
     if learnable_sink is not None:
         sinks.check_sink(learnable_sink, q, q.shape[-2], opts, is_fp8)
+        if not traced:  # the KV-cache kernels fold it in
+            opts = opts._replace(learnable_sink=learnable_sink.detach().contiguous())
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
         out, lse = ForwardOnly.apply(_paged_forward, _PAGED_NO_BACKWARD, q, k, v, seqlens_k, block_table, opts)
     else:
         out, lse = _paged_forward(q, k, v, seqlens_k, block_table, opts)
-    if learnable_sink is not None:
+    if learnable_sink is not None and traced:
         out, lse = sinks.fold(out, lse, learnable_sink, varlen=True)
     return (out, lse, None) if return_attn_probs else out
 

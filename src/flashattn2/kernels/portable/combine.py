@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common import cdiv, padded_head_dim
+from ..common import INTERPRET, cdiv, padded_head_dim, round_to
 from ..launch import Launch
 
 
@@ -22,12 +22,13 @@ def _part_lse(lse_ptr):
 
 @triton.jit
 def combine_kernel(
-    OutP, LseP, Out, Lse, stride_out_part, stride_lse_part, stride_out, stride_lse,
+    OutP, LseP, Out, Lse, Sink, stride_out_part, stride_lse_part, stride_out, stride_lse,
     n_splits, n_rows, seqlen, nheads, empty_lse,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, INTERPRET: tl.constexpr = False,
 ):
     """One program per BLOCK_R rows of (batch, seqlen, heads); two passes over the parts (max, then sum).
-    Strides: the parts' (split, batch, row, head), the outputs' (batch, row, head)."""
+    Strides: the parts' (split, batch, row, head), the outputs' (batch, row, head). Sink: None, or (nheads,)
+    learnable sinks, one more part per row with lse sink[h] and no value (sinks.py)."""
     stride_ps, stride_pb, stride_pm, stride_ph = stride_out_part
     stride_ls, stride_lb, stride_lm, stride_lh = stride_lse_part
     stride_ob, stride_om, stride_oh = stride_out
@@ -44,6 +45,9 @@ def combine_kernel(
     mx = tl.full([BLOCK_R], float("-inf"), tl.float32)
     for i in range(n_splits):
         mx = tl.maximum(mx, _part_lse(lse_row + i * stride_ls))
+    if Sink is not None:
+        sink = tl.load(Sink + off_h).to(tl.float32)
+        mx = tl.maximum(mx, sink)
     shift = tl.where(mx == float("-inf"), 0.0, mx)
     acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
     den = tl.zeros([BLOCK_R], tl.float32)
@@ -54,19 +58,23 @@ def combine_kernel(
         # an empty part's output may hold anything (even NaN): it must not reach the sum
         acc += tl.where(w[:, None] > 0.0, w[:, None] * part, 0.0)
         den += w
+    if Sink is not None:
+        den += tl.exp(sink - shift)
     empty = den == 0.0
     out = acc / tl.where(empty, 1.0, den)[:, None]
     lse = tl.where(empty, empty_lse, shift + tl.log(tl.where(empty, 1.0, den)))
     out_row = Out + off_b * stride_ob + off_m * stride_om + off_h * stride_oh
-    tl.store(out_row[:, None] + cols[None, :], out.to(Out.dtype.element_ty), mask=valid[:, None] & col_ok)
+    # round_to: the interpreter's own cast to bf16 truncates (a one-ulp bias the pass rule caught)
+    tl.store(out_row[:, None] + cols[None, :], round_to(out, Out.dtype.element_ty, INTERPRET),
+             mask=valid[:, None] & col_ok)
     tl.store(Lse + off_b * stride_Lb + off_m * stride_Lm + off_h * stride_Lh, lse, mask=valid)
 
 
 def combine_launch(partial_shape: tuple, out_strides: tuple, lse_strides: tuple,
                    empty_lse: float = float("-inf")) -> Launch | None:
     """The merge of contiguous partials of partial_shape (splits, batch, seqlen, heads, dim) into out and lse
-    with the given (batch, seqlen, heads) strides, as a Launch(out_partial, lse_partial, out, lse); None when
-    there is nothing to merge. empty_lse is the lse of a row whose every part is empty."""
+    with the given (batch, seqlen, heads) strides, as a Launch(out_partial, lse_partial, out, lse, sink or None);
+    None when there is nothing to merge. empty_lse is the lse of a row whose every part is empty."""
     n_splits, batch, seqlen, nheads, head_dim = partial_shape
     n_rows = batch * seqlen * nheads
     if n_rows == 0:
@@ -77,7 +85,8 @@ def combine_launch(partial_shape: tuple, out_strides: tuple, lse_strides: tuple,
     return Launch(combine_kernel, (cdiv(n_rows, block_r), 1, 1), (),
                   dict(stride_out_part=partial[:4], stride_lse_part=partial[4:], stride_out=tuple(out_strides[:3]),
                        stride_lse=tuple(lse_strides), n_splits=n_splits, n_rows=n_rows, seqlen=seqlen, nheads=nheads,
-                       empty_lse=empty_lse, HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_R=block_r),
+                       empty_lse=empty_lse, HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_R=block_r,
+                       INTERPRET=INTERPRET),
                   4, 1)
 
 
@@ -90,7 +99,7 @@ def combine(out_partial: torch.Tensor, lse_partial: torch.Tensor, out: torch.Ten
         return
     block_r = 16
     combine_kernel[(cdiv(n_rows, block_r),)](
-        out_partial, lse_partial, out, lse, out_partial.stride()[:4], lse_partial.stride(), out.stride()[:3],
+        out_partial, lse_partial, out, lse, None, out_partial.stride()[:4], lse_partial.stride(), out.stride()[:3],
         lse.stride(), n_splits, n_rows, seqlen, nheads, empty_lse,
-        HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_R=block_r, num_warps=4,
+        HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_R=block_r, INTERPRET=INTERPRET, num_warps=4,
     )

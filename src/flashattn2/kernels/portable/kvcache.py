@@ -65,7 +65,7 @@ def cache_sequence(off_b, CacheSeqlens, CacheLeftpad, CacheBatchIdx, seqlen_new,
 @triton.jit(do_not_specialize=("total_q",))
 def kvcache_attention_kernel(
     Q, KCache, VCache, Out, Lse, Flag, CacheSeqlens, CacheLeftpad, CacheBatchIdx, BlockTable, CuSeqlensQ,
-    AlibiSlopes, QDescale, KDescale, VDescale,
+    AlibiSlopes, QDescale, KDescale, VDescale, Sink,
     stride_q, stride_k, stride_v, stride_o, stride_lse, stride_bt, stride_alibi_b,
     nheads, group, seqlen_q, seqlen_new, capacity, cache_rows, num_pages, page_size, total_q,
     qk_scale, window_left, window_right, softcap_in2, softcap_out,
@@ -164,7 +164,12 @@ def kvcache_attention_kernel(
         out = acc / tl.where(empty, 1.0, l_i)[:, None]
         lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     else:
-        out, lse = finalize(acc, m_i, l_i)
+        # Sink (None, or (nheads,) learnable sinks): one more logit per row with no value, folded into the sum;
+        # split partials leave it to the merge (combine.py)
+        sink2 = 0.0
+        if Sink is not None:
+            sink2 = tl.load(Sink + head).to(tl.float32) * 1.4426950408889634
+        out, lse = finalize(acc, m_i, l_i, 0.0, sink2, Sink is not None)
     if IS_FP8:
         out = out * v_descale  # linear: split partials scale alike before the merge
     if bits != 0:
@@ -365,14 +370,15 @@ class KVCachePlan:
         if self.empty:
             return
         if self.num_splits == 1:
-            self.attend(q, k_cache, v_cache, out, lse, flag, *tables, opts.cu_seqlens_q, opts.alibi_slopes, *descales)
+            self.attend(q, k_cache, v_cache, out, lse, flag, *tables, opts.cu_seqlens_q, opts.alibi_slopes, *descales,
+                        opts.learnable_sink)
             return
         out_p = torch.empty(self.partial_shape, dtype=torch.float32, device=self.device)
         lse_p = torch.empty(self.partial_shape[:4], dtype=torch.float32, device=self.device)
         self.attend(q, k_cache, v_cache, out_p, lse_p, flag, *tables, opts.cu_seqlens_q, opts.alibi_slopes,
-                    *descales)
+                    *descales, None)
         if self.combine is not None:
-            self.combine(out_p, lse_p, out, lse)
+            self.combine(out_p, lse_p, out, lse, opts.learnable_sink)
 
 
 _plans = PlanCache()
