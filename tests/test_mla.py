@@ -88,18 +88,13 @@ _COMPILE = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import ptx_snapshot as ps
-from flashattn2.kernels.portable import backward, combine, forward, kvcache, sink
+from flashattn2.kernels.portable import backward, combine, forward, kvcache
 
 mla = dict(ps.PLAIN, HEAD_DIM=192, BLOCK_D=256, HEAD_DIM_V=128, BLOCK_DV=128)
 ps.triton_ptx(forward.attention_fwd_kernel, dict(mla, BLOCK_M=64, BLOCK_N=32, HAS_RIGHT=True), 4, 2,
               unused=("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed", "QDescale", "KDescale", "VDescale"))
 ps.triton_ptx(backward.attention_bwd_dkdv_kernel, dict(mla, BLOCK_M=32, BLOCK_N=64, ATOMIC_DQ=True, TMA_DQ=False),
               4, 2, unused=("CuSeqlensQ", "CuSeqlensK", "AlibiSlopes", "Seed"))
-rows = {"Lse": "*fp32", "stride_o": ("i32",) * 3, "stride_do": ("i32",) * 3, "stride_lse": ("i32",) * 2}
-ps.triton_ptx(sink.sink_fold_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, INTERPRET=False), 4, 1,
-              types=dict(rows, Sink="*fp32"))
-ps.triton_ptx(sink.sink_grad_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64), 4, 1,
-              types=dict(rows, Sink="*bf16", Partial="*fp32"))
 # the forward with its sinks folded in (a float32 and a bf16 sink)
 for sink_type in ("*fp32", "*bf16"):
     ps.triton_ptx(forward.attention_fwd_kernel, dict(ps.PLAIN, HEAD_DIM=128, BLOCK_D=128, BLOCK_M=128, BLOCK_N=64,

@@ -20,7 +20,6 @@ import torch
 
 from . import ops
 from .kernels.params import AttnOptions
-from .kernels.portable import sink as sink_kernels
 
 
 def check_sink(sink: torch.Tensor, q: torch.Tensor, nheads: int, opts: AttnOptions, is_fp8: bool = False) -> None:
@@ -48,16 +47,9 @@ def _head_view(sink: torch.Tensor, lse: torch.Tensor, varlen: bool) -> torch.Ten
 
 def fold(out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
          varlen: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) of a call without a sink -> with it: out (batch, seqlen, heads, head_dim) with lse (batch, heads,
-    seqlen), or packed (total, heads, head_dim) with (heads, total); lse is +inf for rows that saw no key. Eager
-    calls fold in place in one pass over out (kernels/portable/sink.py); traced ones in torch ops."""
-    if ops.is_traced(out):
-        return _fold_torch(out, lse, sink, varlen)
-    return sink_kernels.fold(out, lse, sink.detach(), varlen)
-
-
-def _fold_torch(out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
-                varlen: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of a call without a sink -> with it, in torch ops (traced calls: eager ones have the kernels
+    fold it in): out (batch, seqlen, heads, head_dim) with lse (batch, heads, seqlen), or packed (total, heads,
+    head_dim) with (heads, total); lse is +inf for rows that saw no key."""
     lse0 = torch.where(lse == float("inf"), float("-inf"), lse)
     total = torch.logaddexp(lse0, _head_view(sink, lse, varlen))
     factor = torch.exp(lse0 - total)  # (batch, heads, seqlen) or (heads, total)
@@ -67,15 +59,8 @@ def _fold_torch(out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
 
 def sink_grad(dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
               varlen: bool) -> torch.Tensor:
-    """d sink = -sum over each head's rows of exp(sink - lse) rowsum(dout * out), in sink's dtype: one pass over
-    dout and out (kernels/portable/sink.py), torch ops when traced."""
-    if ops.is_traced(out):
-        return _sink_grad_torch(dout, out, lse, sink, varlen)
-    return sink_kernels.sink_grad(dout, out, lse, sink, varlen)
-
-
-def _sink_grad_torch(dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
-                     varlen: bool) -> torch.Tensor:
+    """d sink = -sum over each head's rows of exp(sink - lse) rowsum(dout * out), in sink's dtype, in torch ops
+    (traced calls: eager ones take the row sums from the backward's own preprocess)."""
     delta = (dout.float() * out.float()).sum(-1).transpose(-1, -2)  # like lse
     return _dsink(delta, lse, sink, varlen)
 
