@@ -167,6 +167,9 @@ def _kvcache_case(rng: random.Random, lrng: random.Random, max_len: int, grads: 
     desc = (f"flash_attn_with_kvcache batch={batch} seqlen_q={seqlen_q} cache_seqlens={lens} capacity={capacity} "
             f"page_block_size={page} nheads={nheads} nheads_k={nheads_k} head_dim={head_dim} dtype={dtype} "
             f"append={append} rotary={rotary} interleaved={interleaved} num_splits={num_splits} {opts}")
+    # drawn from a generator of its own (the case's description seeds it): every earlier draw stays what it was
+    sink = random.Random(desc).random() < 0.2
+    desc += f" sink={sink}"
 
     def run():
         q = torch.randn(batch, seqlen_q, nheads, head_dim, device=DEVICE, dtype=dtype)
@@ -199,8 +202,10 @@ def _kvcache_case(rng: random.Random, lrng: random.Random, max_len: int, grads: 
             extra.update(rotary_cos=angles.cos().to(dtype), rotary_sin=angles.sin().to(dtype),
                          rotary_interleaved=interleaved)
         k_ref, v_ref = k_dense.clone(), v_dense.clone()  # the dense cache is k_cache itself: the call writes it
+        # the last of the case's torch draws, so that the others stay what they were
+        sinks = torch.randn(nheads, device=DEVICE) * 2 if sink else None
         out = flashattn2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=block_table,
-                                                 num_splits=num_splits, **extra, **opts)
+                                                 num_splits=num_splits, learnable_sink=sinks, **extra, **opts)
         if rotary:
             # flash_attn's positions: the new keys' own; q's the same under a mask, else all at the first new key's
             cos, sin = extra["rotary_cos"], extra["rotary_sin"]
@@ -219,7 +224,7 @@ def _kvcache_case(rng: random.Random, lrng: random.Random, max_len: int, grads: 
                                                atol=1e-2, msg=lambda m, b=b: f"appended keys (sequence {b}): {m}")
                 n += seqlen_q
             seq = (q[b:b + 1], k_ref[b:b + 1, :n], v_ref[b:b + 1, :n])
-            ref, pt = _references(functools.partial(attention_ref, **opts), seq, None, False)
+            ref, pt = _references(functools.partial(attention_ref, learnable_sink=sinks, **opts), seq, None, False)
             _compare(f" (sequence {b})", out[b:b + 1], (), ref, pt)
 
     return desc, run
