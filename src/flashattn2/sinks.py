@@ -6,12 +6,12 @@ exp(s_h - L), where L = logsumexp(S, s_h). Everything follows from the call with
 
     L = logaddexp(lse0, s_h)          out = out0 * exp(lse0 - L)
 
-(a row that sees no key has lse0 = -inf here: out 0, L = s_h). The forward kernels do this in their final
-normalisation (device/softmax.finalize), and fold() after the call where they do not (traced calls, the KV-cache
-and paged kernels). The backward kernels need no change: given out and
-L they form P_j = exp(S_j - L) and dS = P (dP - Delta) with Delta = rowsum(dO out), which is the gradient of the
-call with the sink, because the sink carries no value. The sink's own gradient is
-d s_h = -sum over the head's rows of exp(s_h - L) Delta.
+(a row that sees no key has lse0 = -inf here: out 0, L = s_h). The forward and KV-cache kernels do this in their
+final normalisation (device/softmax.finalize; a split KV-cache call in the merge of its splits); traced calls do it
+after the custom op in torch ops (fold). The backward kernels need no change: given out and L they form
+P_j = exp(S_j - L) and dS = P (dP - Delta) with Delta = rowsum(dO out), which is the gradient of the call with the
+sink, because the sink carries no value. The sink's own gradient is d s_h = -sum over the head's rows of
+exp(s_h - L) Delta, from the backward's own Delta in eager calls.
 
 The lse flashattn2 returns with a sink is L: it includes the sink.
 """
