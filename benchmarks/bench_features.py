@@ -133,13 +133,19 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA GPU: the feature benchmark needs one", file=sys.stderr)
         return 2
     start = time.time()
-    rows = run()
-    meta = collect_meta(torch.cuda.get_device_name(), argv, prog="python benchmarks/bench_features.py")
-    meta["elapsed_s"] = round(time.time() - start, 1)
-    stem = args.tag or default_stem(torch.cuda.get_device_name())
-    for path in write(rows, meta, Path(args.out_dir), stem):
-        print(f"wrote {path}")
+    save(run(), write, argv, "python benchmarks/bench_features.py", start, args.out_dir, args.tag)
     return 0
+
+
+def save(rows: list[dict], write: Callable, argv: list[str] | None, prog: str, start: float, out_dir: str,
+         tag: str | None) -> None:
+    """A run's result set through its write(rows, meta, out_dir, stem), meta naming the device, versions, date and
+    seconds taken; prints where it went."""
+    meta = collect_meta(torch.cuda.get_device_name(), argv, prog=prog)
+    meta["elapsed_s"] = round(time.time() - start, 1)
+    stem = tag or default_stem(torch.cuda.get_device_name())
+    for path in write(rows, meta, Path(out_dir), stem):
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

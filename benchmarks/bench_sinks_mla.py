@@ -21,8 +21,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_features import time_fwd_bwd  # noqa: E402
-from flashattn2.bench import collect_meta, default_stem  # noqa: E402
+from bench_features import save, time_fwd_bwd  # noqa: E402
 
 TOKENS = 16384
 
@@ -148,11 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         sinks(rows)
     if args.only in (None, "mla"):
         mla(rows)
-    meta = collect_meta(torch.cuda.get_device_name(), argv, prog="python benchmarks/bench_sinks_mla.py")
-    meta["elapsed_s"] = round(time.time() - start, 1)
-    stem = args.tag or default_stem(torch.cuda.get_device_name())
-    for path in write(rows, meta, Path(args.out_dir), stem):
-        print(f"wrote {path}")
+    save(rows, write, argv, "python benchmarks/bench_sinks_mla.py", start, args.out_dir, args.tag)
     return 0
 
 
