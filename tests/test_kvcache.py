@@ -302,7 +302,10 @@ BAD_INPUTS = [
     (dict(rotary_cos=_cos_sin(8, 8)[0], rotary_sin=_cos_sin(8, 8)[1]), ValueError, "fewer than the cache capacity"),
     (dict(rotary_cos=_cos_sin(16, 8)[0]), ValueError, "given together"),
     (dict(k_cache=randn(2, 16, 2, 32, dtype=torch.float16)), TypeError, "share one dtype"),
-    (dict(v_cache=randn(2, 16, 2, 16, dtype=torch.bfloat16)), ValueError, "head dims differ"),
+    # a narrower value cache is MLA's latent cache (test_mla.py), which takes no appended keys yet
+    (dict(v_cache=randn(2, 16, 2, 16, dtype=torch.bfloat16)), NotImplementedError, "appended"),
+    (dict(v_cache=randn(2, 16, 2, 64, dtype=torch.bfloat16)), ValueError, "v_cache's head dim"),
+    (dict(k_cache=randn(2, 16, 2, 16, dtype=torch.bfloat16)), ValueError, "head dims differ"),
     (dict(k_cache=randn(2, 16, 3, 32, dtype=torch.bfloat16), v_cache=randn(2, 16, 3, 32, dtype=torch.bfloat16),
           k=randn(2, 1, 3, 32, dtype=torch.bfloat16), v=randn(2, 1, 3, 32, dtype=torch.bfloat16)), ValueError,
      "divisible"),

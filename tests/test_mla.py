@@ -13,6 +13,7 @@ import torch
 import flashattn2
 from flashattn2.kernels.backends import backward_backend, forward_backend
 from flashattn2.kernels.params import AttnOptions
+from flashattn2.reference import attention_ref
 from helpers import (
     BWD_FACTOR,
     DEVICE,
@@ -108,6 +109,11 @@ kv = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=64, G=4, G_PAD=4, NUM_S
 ps.triton_ptx(kvcache.kvcache_attention_kernel, kv, 4, 2,
               {"stride_o": ("i32",) * 4, "stride_lse": ("i32",) * 4, "Sink": "*fp32"},
               ("CacheLeftpad", "CacheBatchIdx", "CuSeqlensQ", "AlibiSlopes", "QDescale", "KDescale", "VDescale"))
+# MLA's latent cache: Q K^T over 64-column chunks of 576, V and out 512 wide
+ps.triton_ptx(kvcache.kvcache_attention_kernel, dict(kv, HEAD_DIM=576, BLOCK_D=64, D_CHUNK=64, HEAD_DIM_V=512,
+                                                     BLOCK_DV=512, BLOCK_N=32, G=1, G_PAD=1), 8, 2,
+              {"stride_o": ("i32",) * 4, "stride_lse": ("i32",) * 4},
+              ("CacheLeftpad", "CacheBatchIdx", "CuSeqlensQ", "AlibiSlopes", "QDescale", "KDescale", "VDescale"))
 ps.triton_ptx(combine.combine_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_R=16, INTERPRET=False), 4, 1,
               {"OutP": "*fp32", "LseP": "*fp32", "Lse": "*fp32", "Sink": "*bf16", "stride_out_part": ("i32",) * 4,
                "stride_lse_part": ("i32",) * 4, "stride_out": ("i32",) * 3, "stride_lse": ("i32",) * 3,
@@ -125,3 +131,53 @@ def test_mla_and_sink_kernels_compile_for_sm90():
     run = subprocess.run([sys.executable, "-c", _COMPILE, os.path.join(root, "scripts")], env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-4000:]
+
+
+@pytest.mark.parametrize("paged,view,num_splits", [(False, True, 1), (False, False, 3), (True, True, 0),
+                                                   (True, False, 2)])
+def test_latent_cache_decoding(paged, view, num_splits):
+    # MLA decoding over one latent cache: query/key head dim 576, value 512 (the value cache a view of the key
+    # cache's first 512 channels, or a tensor of its own), one KV head for 16 query heads, one or two new query
+    # rows per sequence (causal), dense or paged (page 16), with or without splits of the keys
+    torch.manual_seed(21)
+    batch, heads, capacity, lens = 2, 16, 96, [37, 90]
+    q = randn(batch, 2, heads, 576, dtype=torch.bfloat16)
+    k_cache = randn(batch, capacity, 1, 576, dtype=torch.bfloat16)
+    v_cache = k_cache[..., :512] if view else randn(batch, capacity, 1, 512, dtype=torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    kwargs = dict(cache_seqlens=seqlens, causal=True, num_splits=num_splits, return_softmax_lse=True)
+    if paged:
+        page = 16
+        table = torch.randperm(batch * capacity // page, device=DEVICE).to(torch.int32).view(batch, -1)
+        pages = [torch.empty(batch * capacity // page, page, 1, 576, dtype=torch.bfloat16, device=DEVICE)]
+        pages[0][table.flatten().long()] = k_cache.reshape(-1, page, 1, 576)
+        pages.append(pages[0][..., :512] if view else torch.empty(pages[0].shape[:-1] + (512,), dtype=torch.bfloat16,
+                                                                   device=DEVICE))
+        if not view:
+            pages[1][table.flatten().long()] = v_cache.reshape(-1, page, 1, 512)
+        out, lse = flashattn2.flash_attn_with_kvcache(q, *pages, block_table=table, **kwargs)
+    else:
+        out, lse = flashattn2.flash_attn_with_kvcache(q, k_cache, v_cache, **kwargs)
+    assert out.shape == (batch, 2, heads, 512)
+    for b, n in enumerate(lens):
+        seq = (q[b:b + 1], k_cache[b:b + 1, :n], v_cache[b:b + 1, :n])
+        ref, ref_lse = attention_ref(*seq, causal=True)
+        pt, _ = attention_ref(*seq, causal=True, upcast=False)
+        assert_close_to_ref("out", out[b:b + 1], ref, pt, FWD_FACTOR)
+        torch.testing.assert_close(lse[b:b + 1].double(), ref_lse, rtol=1e-4, atol=1e-4)
+
+
+def test_latent_cache_errors_name_the_problem():
+    q = randn(1, 1, 4, 576, dtype=torch.bfloat16)
+    k_cache = randn(1, 32, 1, 576, dtype=torch.bfloat16)
+    seqlens = torch.tensor([20], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(NotImplementedError, match="appended"):
+        flashattn2.flash_attn_with_kvcache(q, k_cache, k_cache[..., :512], k=randn(1, 1, 1, 576, dtype=torch.bfloat16),
+                                           v=randn(1, 1, 1, 512, dtype=torch.bfloat16), cache_seqlens=seqlens)
+    with pytest.raises(ValueError, match="v_cache's head dim"):
+        flashattn2.flash_attn_with_kvcache(q[..., :256], k_cache[..., :256], randn(1, 32, 1, 320,
+                                                                                   dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="multiple of 64"):
+        flashattn2.flash_attn_with_kvcache(randn(1, 1, 4, 520, dtype=torch.bfloat16),
+                                           randn(1, 32, 1, 520, dtype=torch.bfloat16),
+                                           randn(1, 32, 1, 512, dtype=torch.bfloat16), cache_seqlens=seqlens)

@@ -23,6 +23,8 @@ FP8_DTYPE = torch.float8_e4m3fn
 _OTHER_FP8 = (torch.float8_e5m2, torch.float8_e5m2fnuz, torch.float8_e4m3fnuz)
 COMBINE_OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 COMBINE_MAX_HEAD_DIM = 512
+# flash_attn_with_kvcache over a latent cache (MLA decoding: query/key 576, value 512)
+LATENT_MAX_HEAD_DIM = 576
 LAYOUTS = ("zigzag", "contiguous")  # the shard layouts of distributed.py
 # FLASHATTN2_STRICT=1: the values of the index tensors (cu_seqlens, cache_seqlens, cache_batch_idx, cache_leftpad,
 # block_table) are also read on the host and checked at the call, raising there (a device-to-host copy per call:
@@ -336,15 +338,46 @@ def check_index(name: str, x: torch.Tensor | None, batch: int, device: torch.dev
         raise ValueError(f"{name} must be on {device}, got {x.device}")
 
 
+def check_latent_cache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k, rotary_cos,
+                       is_fp8: bool) -> bool:
+    """True for a KV-cache call whose value head dim is smaller than the query/key one (MLA decoding over a latent
+    cache: 576/512, the value cache possibly a view of the key cache's first channels): query/key head dims up to
+    LATENT_MAX_HEAD_DIM in multiples of 64 past 256, value head dims up to COMBINE_MAX_HEAD_DIM; no appended keys,
+    rotary or FP8 there yet."""
+    head_dim, head_dim_v = q.shape[-1], v_cache.shape[-1]
+    if head_dim_v == head_dim and head_dim <= MAX_HEAD_DIM:
+        return False
+    if k_cache.shape[-1] != head_dim or k_cache.shape[-2] != v_cache.shape[-2]:
+        raise ValueError(f"head dims differ: q {head_dim}, k_cache {k_cache.shape[-1]} (heads: k_cache "
+                         f"{k_cache.shape[-2]}, v_cache {v_cache.shape[-2]})")
+    if not 1 <= head_dim_v <= min(head_dim, COMBINE_MAX_HEAD_DIM):
+        raise ValueError(f"v_cache's head dim must be between 1 and the query's ({head_dim}) and at most "
+                         f"{COMBINE_MAX_HEAD_DIM}, got {head_dim_v}")
+    if head_dim > LATENT_MAX_HEAD_DIM or (head_dim > MAX_HEAD_DIM and head_dim % 64):
+        raise ValueError(f"head dim must be at most {MAX_HEAD_DIM}, or a multiple of 64 up to {LATENT_MAX_HEAD_DIM} "
+                         f"for a latent cache, got {head_dim}")
+    if k is not None or rotary_cos is not None or is_fp8:
+        raise NotImplementedError("a value head dim unlike the query's in flash_attn_with_kvcache takes no appended "
+                                  "k / v, rotary or FP8 yet")
+    check_gqa(q.shape[-2], k_cache.shape[-2])
+    return True
+
+
 def check_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
                   block_table, num_splits, is_fp8: bool = False) -> None:
     """flash_attn_with_kvcache's shapes, dtypes and devices (the cache, the new k and v, the rotary tables,
     the index tensors, block_table, num_splits; no rotary with FP8); the index tensors' values are checked
     on the GPU."""
     check_tensors(q, k_cache, v_cache, 4, "(batch, seqlen, nheads, headdim)", is_fp8)
-    check_heads(q, k_cache, v_cache)
+    latent = check_latent_cache(q, k_cache, v_cache, k, rotary_cos, is_fp8)
+    if not latent:
+        check_heads(q, k_cache, v_cache)
     batch, seqlen_q, _, head_dim = q.shape
-    if k_cache.shape != v_cache.shape:
+    if latent:
+        if k_cache.shape[:-1] != v_cache.shape[:-1]:
+            raise ValueError(f"k_cache and v_cache must have the same shape but for the head dim, got "
+                             f"{tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    elif k_cache.shape != v_cache.shape:
         what = "page_block_size" if block_table is not None and k_cache.shape[1] != v_cache.shape[1] else "shape"
         raise ValueError(f"k_cache and v_cache must have the same {what}, got {tuple(k_cache.shape)} and "
                          f"{tuple(v_cache.shape)}")

@@ -273,4 +273,6 @@ def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                   num_splits, q_descale=None, k_descale=None, v_descale=None):
     batch, seqlen_q, nheads, _ = q.shape
     out_dtype = fp8.OUT_DTYPE if q.dtype == fp8.FP8_DTYPE else q.dtype
-    return torch.empty_like(q, dtype=out_dtype), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+    # out takes the value cache's head dim (a latent cache's is narrower than the query's)
+    return (q.new_empty((*q.shape[:-1], v_cache.shape[-1]), dtype=out_dtype),
+            q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32))

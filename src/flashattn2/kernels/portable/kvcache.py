@@ -24,7 +24,7 @@ from ..common import INTERPRET, LOG2E, cdiv, mma, padded_head_dim, round_to
 from ..device.block_range import kv_range_for_q_tile
 from ..device.mask import score_mask
 from ..device.paged_kv import kv_row_coords, kv_row_ptrs, load_kv_rows, row_mask
-from ..device.scores import fp8_scales, masked_scores
+from ..device.scores import fp8_scales, masked_scores, score_tail
 from ..device.seqlen_info import query_bounds
 from ..device.softmax import finalize, online_softmax_update
 from ..launch import Launch, PlanCache, align
@@ -73,14 +73,19 @@ def kvcache_attention_kernel(
     G: tl.constexpr, G_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, HAS_LEFT: tl.constexpr,
     HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, PAGED: tl.constexpr,
-    INTERPRET: tl.constexpr, IS_FP8: tl.constexpr = False,
+    INTERPRET: tl.constexpr, IS_FP8: tl.constexpr = False, HEAD_DIM_V: tl.constexpr = 0,
+    BLOCK_DV: tl.constexpr = 0, D_CHUNK: tl.constexpr = 0,
 ):
     """One program per (row tile, batch x head slot, split). G query heads share a tile (G_PAD rows per
     query position, G of them used); G = 1 without packing. With NUM_SPLITS = 1, Out/Lse are the final
     outputs (lse +inf for a row that sees no key); otherwise fp32 partials (lse -inf when empty).
     IS_FP8: q and the caches are e4m3 with (batch, nheads_k) descales; they are widened to bf16 (exactly) and
     the matmuls run in bf16: decoding is bound by reading the cache, which FP8 halves.
-    stride_q, _k, _v: (batch, row, head) strides; stride_o, stride_lse: (split, batch, row, head)."""
+    stride_q, _k, _v: (batch, row, head) strides; stride_o, stride_lse: (split, batch, row, head).
+    HEAD_DIM_V / BLOCK_DV: V's and Out's head dim where it is smaller (MLA's latent cache; 0: HEAD_DIM). D_CHUNK: Q K^T
+    over chunks of this many columns, Q re-read per key tile (query/key head dims past 256; 0: one product)."""
+    DV: tl.constexpr = HEAD_DIM_V if HEAD_DIM_V > 0 else HEAD_DIM
+    BDV: tl.constexpr = BLOCK_DV if BLOCK_DV > 0 else BLOCK_D
     stride_qb, stride_qm, stride_qh = stride_q
     stride_kb, stride_kn, stride_kh = stride_k
     stride_vb, stride_vn, stride_vh = stride_v
@@ -110,7 +115,9 @@ def kvcache_attention_kernel(
     off_hk = (slot * G) // group
     offs_d = tl.arange(0, BLOCK_D)
     q_rows = Q + off_b64 * stride_qb + (q_start + q_pos).to(tl.int64) * stride_qm + head.to(tl.int64) * stride_qh
-    q = tl.load(q_rows[:, None] + offs_d[None, :], mask=row_mask(row_ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
+    offs_dv = tl.arange(0, BDV)
+    if D_CHUNK == 0:
+        q = tl.load(q_rows[:, None] + offs_d[None, :], mask=row_mask(row_ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
     alibi_slope = 0.0
     if HAS_ALIBI:
         alibi_slope = (tl.load(AlibiSlopes + off_b64 * stride_alibi_b + head) * LOG2E)[:, None]
@@ -130,7 +137,7 @@ def kvcache_attention_kernel(
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BDV], dtype=tl.float32)
     bad_page = tl.zeros([BLOCK_N], dtype=tl.int1)
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(n_lo, n_hi, BLOCK_N):
@@ -140,20 +147,31 @@ def kvcache_attention_kernel(
                                           num_pages, PAGED)
         bad_page |= bad
         valid = valid & ~bad
-        k = load_kv_rows(KCache, outer, inner, off_hk, stride_kb, stride_kn, stride_kh, offs_d, valid, HEAD_DIM,
-                         BLOCK_D)
-        if IS_FP8:
-            k = k.to(tl.bfloat16)
-        # the mask here also drops keys on bad page entries (valid), so the helper leaves masking to it
-        qk, scale_log2, _tanh = masked_scores(
-            q, k, q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-            softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, INTERPRET)
+        if D_CHUNK == 0:
+            k = load_kv_rows(KCache, outer, inner, off_hk, stride_kb, stride_kn, stride_kh, offs_d, valid, HEAD_DIM,
+                             BLOCK_D)
+            if IS_FP8:
+                k = k.to(tl.bfloat16)
+            # the mask here also drops keys on bad page entries (valid), so the helper leaves masking to it
+            qk, scale_log2, _tanh = masked_scores(
+                q, k, q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+                softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, INTERPRET)
+        else:
+            qk = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for c in tl.static_range(HEAD_DIM // D_CHUNK):
+                offs_c = c * D_CHUNK + tl.arange(0, D_CHUNK)
+                q_c = tl.load(q_rows[:, None] + offs_c[None, :], mask=row_ok[:, None], other=0.0)
+                k_c = load_kv_rows(KCache, outer, inner, off_hk, stride_kb, stride_kn, stride_kh, offs_c, valid,
+                                   HEAD_DIM, D_CHUNK)
+                qk = mma(q_c, tl.trans(k_c), qk, INTERPRET)
+            qk, scale_log2, _tanh = score_tail(
+                qk, q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+                softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False)
         visible = score_mask(q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left, window_right,
                              HAS_LEFT, HAS_RIGHT) & valid[None, :]
         qk = tl.where(visible, qk, float("-inf"))
         p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, scale_log2, True)
-        v = load_kv_rows(VCache, outer, inner, off_hk, stride_vb, stride_vn, stride_vh, offs_d, valid, HEAD_DIM,
-                         BLOCK_D)
+        v = load_kv_rows(VCache, outer, inner, off_hk, stride_vb, stride_vn, stride_vh, offs_dv, valid, DV, BDV)
         if IS_FP8:
             v = v.to(tl.bfloat16)
         acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
@@ -174,12 +192,12 @@ def kvcache_attention_kernel(
         out = out * v_descale  # linear: split partials scale alike before the merge
     if bits != 0:
         tl.store(Flag + KVCACHE_WORD, bits)
-        out = tl.full([BLOCK_M, BLOCK_D], float("nan"), tl.float32)
+        out = tl.full([BLOCK_M, BDV], float("nan"), tl.float32)
         lse = tl.full([BLOCK_M], float("nan"), tl.float32)
     row_off = off_b64 * stride_ob + (q_start + q_pos).to(tl.int64) * stride_om + head.to(tl.int64) * stride_oh
     o_rows = Out + split.to(tl.int64) * stride_os + row_off
-    tl.store(o_rows[:, None] + offs_d[None, :], round_to(out, Out.dtype.element_ty, INTERPRET),
-             mask=row_mask(row_ok, offs_d, HEAD_DIM, BLOCK_D))
+    tl.store(o_rows[:, None] + offs_dv[None, :], round_to(out, Out.dtype.element_ty, INTERPRET),
+             mask=row_mask(row_ok, offs_dv, DV, BDV))
     lse_off = off_b64 * stride_lb + (q_start + q_pos).to(tl.int64) * stride_lm + head.to(tl.int64) * stride_lh
     tl.store(Lse + split.to(tl.int64) * stride_ls + lse_off, lse, mask=row_ok)
 
@@ -219,6 +237,8 @@ def kvcache_append_kernel(
 
 # the largest query tile of the KV-cache kernel
 MAX_BLOCK_M = 16 if INTERPRET else 64
+# the column chunks of Q K^T at query/key head dims past 256 (MLA's latent cache: 576 = 9 x 64)
+LATENT_CHUNK = 64
 
 
 def pack_group(seqlen_q: int, group: int) -> int:
@@ -296,11 +316,22 @@ class KVCachePlan:
             capacity, cache_rows = k_cache.shape[1], k_cache.shape[0]
         seqlen_new = 0 if k_new is None else k_new.shape[1]
         block_d = padded_head_dim(head_dim)
+        # MLA's latent cache: V (and out) narrower than Q and K; Q K^T over 64-column chunks past 256
+        head_dim_v = v_cache.shape[-1]
+        latent = dict(HEAD_DIM_V=head_dim_v, BLOCK_DV=padded_head_dim(head_dim_v)) if head_dim_v != head_dim else {}
+        if head_dim > 256:
+            block_d = LATENT_CHUNK
+            latent["D_CHUNK"] = LATENT_CHUNK
         g = pack_group(seqlen_q, group)
         g_pad = triton.next_power_of_2(g)
         rows = seqlen_q * g_pad
         block_m = max(16, min(triton.next_power_of_2(rows), MAX_BLOCK_M))
-        block_n, num_stages = kv_tiles(block_d, paged)
+        block_n, num_stages = kv_tiles(max(block_d, latent.get("BLOCK_DV", 0)), paged)
+        num_warps = 4
+        if latent.get("BLOCK_DV", 0) > 256 and not INTERPRET:
+            # a (16 rows, 512) fp32 accumulator over 8 warps, 32-key tiles: 187 registers, no spills (sm_90, triton
+            # 3.6's ptxas; 4 warps or 64-key tiles spill 84-624 bytes)
+            block_m, block_n, num_warps = 16, 32, 8
         m_tiles = cdiv(rows, block_m)
         programs = m_tiles * batch * (nheads // g)
         if num_splits <= 0:
@@ -308,7 +339,8 @@ class KVCachePlan:
         self.num_splits = num_splits = max(1, min(num_splits, 256))
         self.batch, self.seqlen_q, self.varlen = batch, seqlen_q, varlen
         fp8 = q.dtype == torch.float8_e4m3fn
-        self.out_shape, self.dtype, self.device = q.shape, torch.bfloat16 if fp8 else q.dtype, q.device
+        self.out_shape, self.dtype, self.device = (*q.shape[:-1], head_dim_v), torch.bfloat16 if fp8 else q.dtype, \
+            q.device
         self.empty = batch * seqlen_q * nheads == 0
         total_q = q.shape[0] if varlen else batch * seqlen_q
         # final outputs: out like q, lse (batch, heads, seqlen_q) or packed (heads, total_q)
@@ -316,14 +348,14 @@ class KVCachePlan:
         if num_splits > 1:
             # partials in combine.py's layout (splits, batch, seqlen, heads, dim); packed q is one batch entry
             pb, ps = (1, total_q) if varlen else (batch, seqlen_q)
-            self.partial_shape = (num_splits, pb, ps, nheads, head_dim)
+            self.partial_shape = (num_splits, pb, ps, nheads, head_dim_v)
             sp = torch.empty(self.partial_shape, device="meta").stride()
             o_strides = (sp[0], 0 if varlen else sp[1], sp[2], sp[3])
             lse_p = torch.empty(self.partial_shape[:4], device="meta").stride()
             l_strides = (lse_p[0], 0 if varlen else lse_p[1], lse_p[2], lse_p[3])
         else:
             self.partial_shape = None
-            so = torch.empty(q.shape, device="meta").stride()
+            so = torch.empty(self.out_shape, device="meta").stride()
             o_strides = (0, 0, so[0], so[1]) if varlen else (0, so[0], so[1], so[2])
             sl = torch.empty(self.lse_shape, device="meta").stride()
             l_strides = (0, 0, 1, sl[0]) if varlen else (0, sl[0], 1, sl[1])
@@ -338,13 +370,13 @@ class KVCachePlan:
                  seqlen_q=seqlen_q, seqlen_new=seqlen_new, capacity=capacity, cache_rows=cache_rows,
                  num_pages=num_pages, page_size=page_size, total_q=total_q,
                  HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, G=g, G_PAD=g_pad,
-                 NUM_SPLITS=num_splits, INTERPRET=INTERPRET, IS_FP8=fp8, **flags),
-            4, num_stages)
+                 NUM_SPLITS=num_splits, INTERPRET=INTERPRET, IS_FP8=fp8, **flags, **latent),
+            num_warps, num_stages)
         self.combine = None
         if num_splits > 1:
             # combine writes (batch, seqlen, heads) views of our out and lse: out as is, or packed as one batch
             # entry; lse (batch, heads, seqlen) transposed, or packed (heads, total) as one batch entry
-            so = torch.empty(q.shape, device="meta").stride()
+            so = torch.empty(self.out_shape, device="meta").stride()
             sl = torch.empty(self.lse_shape, device="meta").stride()
             out_v = (0, so[0], so[1]) if varlen else so[:3]
             lse_v = (0, 1, sl[0]) if varlen else (sl[0], sl[2], sl[1])
@@ -408,7 +440,7 @@ def kvcache_attention(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_le
     if plan is None:
         plan = kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx,
                             block_table, opts, num_splits)
-    out = common.empty(q.shape, plan.dtype, device)
+    out = common.empty(plan.out_shape, plan.dtype, device)
     lse = common.empty(plan.lse_shape, torch.float32, device)
     plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, opts,
          cu_seqlens.flag(device), out, lse, descales or (None, None, None))
