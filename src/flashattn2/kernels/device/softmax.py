@@ -31,12 +31,14 @@ def online_softmax_update(qk, m_i, l_i, qk_scale, MASKED: tl.constexpr, P_SHIFT:
 
 
 @triton.jit
-def finalize(acc, m_i, l_i, P_SHIFT: tl.constexpr = 0.0, sink2=0.0, HAS_SINK: tl.constexpr = False):
+def finalize(acc, m_i, l_i, P_SHIFT: tl.constexpr = 0.0, Sink=None, head=0):
     """Divide by the row sum once, at the end; rows that saw no key give 0 and lse = +inf.
 
-    HAS_SINK: sink2 (log2 units, a scalar or one per row) is one more logit of the row with no value (sinks.py):
-    it joins the sum here, where the row's max and sum are known, so out is rounded once and lse includes it."""
-    if HAS_SINK:
+    Sink (None, or (nheads,) learnable sinks, float32 or the inputs' dtype): sink[head] (head: a scalar or one per
+    row) is one more logit of the row with no value (sinks.py). It joins the sum here, where the row's max and sum
+    are known, so out is rounded once and lse includes it."""
+    if Sink is not None:
+        sink2 = tl.load(Sink + head).to(tl.float32) * 1.4426950408889634  # log2 units, like m_i
         top = tl.maximum(m_i, sink2)
         top = tl.where(top == float("-inf"), 0.0, top)  # a -inf sink on a row without keys: stays empty
         alpha = tl.math.exp2(m_i - top)

@@ -142,10 +142,7 @@ def attention_fwd_kernel(
                 alibi_slope, seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                 HAS_ALIBI, HAS_DROPOUT, r != 1, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd, offs_dv, DV, BDV)
 
-    sink2 = 0.0
-    if Sink is not None:
-        sink2 = tl.load(Sink + off_h).to(tl.float32) * 1.4426950408889634
-    out, lse = finalize(acc, m_i, l_i, P_SHIFT, sink2, Sink is not None)
+    out, lse = finalize(acc, m_i, l_i, P_SHIFT, Sink, off_h)
     if HAS_DROPOUT:
         out = out * (1.0 / (1.0 - dropout_p))
     if IS_FP8:

@@ -24,7 +24,7 @@ from ..common import INTERPRET, LOG2E, cdiv, mma, padded_head_dim, round_to
 from ..device.block_range import kv_range_for_q_tile
 from ..device.mask import score_mask
 from ..device.paged_kv import kv_row_coords, kv_row_ptrs, load_kv_rows, row_mask
-from ..device.scores import fp8_scales, masked_scores, score_tail
+from ..device.scores import fp8_scales, score_tail
 from ..device.seqlen_info import query_bounds
 from ..device.softmax import finalize, online_softmax_update
 from ..launch import Launch, PlanCache, align
@@ -152,10 +152,7 @@ def kvcache_attention_kernel(
                              BLOCK_D)
             if IS_FP8:
                 k = k.to(tl.bfloat16)
-            # the mask here also drops keys on bad page entries (valid), so the helper leaves masking to it
-            qk, scale_log2, _tanh = masked_scores(
-                q, k, q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-                softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, INTERPRET)
+            qk = mma(q, tl.trans(k), None, INTERPRET)
         else:
             qk = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
             for c in tl.static_range(HEAD_DIM // D_CHUNK):
@@ -164,9 +161,10 @@ def kvcache_attention_kernel(
                 k_c = load_kv_rows(KCache, outer, inner, off_hk, stride_kb, stride_kn, stride_kh, offs_c, valid,
                                    HEAD_DIM, D_CHUNK)
                 qk = mma(q_c, tl.trans(k_c), qk, INTERPRET)
-            qk, scale_log2, _tanh = score_tail(
-                qk, q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-                softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False)
+        # the mask below also drops keys on bad page entries (valid), so score_tail leaves masking to it
+        qk, scale_log2, _tanh = score_tail(
+            qk, q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
+            softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False)
         visible = score_mask(q_pos[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left, window_right,
                              HAS_LEFT, HAS_RIGHT) & valid[None, :]
         qk = tl.where(visible, qk, float("-inf"))
@@ -182,12 +180,8 @@ def kvcache_attention_kernel(
         out = acc / tl.where(empty, 1.0, l_i)[:, None]
         lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     else:
-        # Sink (None, or (nheads,) learnable sinks): one more logit per row with no value, folded into the sum;
-        # split partials leave it to the merge (combine.py)
-        sink2 = 0.0
-        if Sink is not None:
-            sink2 = tl.load(Sink + head).to(tl.float32) * 1.4426950408889634
-        out, lse = finalize(acc, m_i, l_i, 0.0, sink2, Sink is not None)
+        # learnable sinks (Sink) fold in here; split partials leave them to the merge (combine.py)
+        out, lse = finalize(acc, m_i, l_i, 0.0, Sink, head)
     if IS_FP8:
         out = out * v_descale  # linear: split partials scale alike before the merge
     if bits != 0:

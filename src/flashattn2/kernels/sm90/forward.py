@@ -574,11 +574,8 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
                 # every S of this item retired inside _attend: the producer may load the next item's Q now
                 mbarrier.arrive(sm.q_empty.index(qs), count=1)
 
-            sink2 = 0.0
-            if Sink is not None:
-                sink2 = gl.load(Sink + off_h).to(gl.float32) * 1.4426950408889634
-            out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), P_SHIFT, sink2,
-                                Sink is not None)
+            out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), P_SHIFT, Sink,
+                                off_h)
             if lists.on:
                 lse = gl.where(lse == float("inf"), float("-inf"), lse)  # FlexAttention's row that sees no key
             if IS_FP8:
