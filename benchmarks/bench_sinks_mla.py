@@ -6,12 +6,16 @@ Each row times one call next to its baseline in the same run (median ms, forward
           and head dim 128; decoding through flash_attn_with_kvcache with and without the sink
   mla     query/key head dim 192, value head dim 128, causal, 16 heads, 16k tokens per batch: ours against
           SDPA's cuDNN backend on the same tensors (target: at least 1.0x), and ours at 128/128 for scale
+  latent  MLA decoding over one latent cache (query/key 576, value 512 as a view of the key cache's first
+          channels, 1 KV head, 128 query heads, one new token), batch 1-64, 4k-64k cache, dense and paged (page
+          64): the cache's bytes read once / time against the copy bandwidth of the same run (target: 80%)
 Writes <out-dir>/<stem>_sinks_mla.json and .md.
 """
 
 import argparse
 import functools
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_features import save, time_fwd_bwd  # noqa: E402
 
 TOKENS = 16384
+ROUNDS = 3  # each sink row and its baseline, timed in turn
 
 
 def _rand(*shape, grad=True):
@@ -50,6 +55,13 @@ def _time_fwd(fn, warmup=20, rep=80):
         return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
+def _interleaved(calls, rounds=ROUNDS):
+    """Median (fwd, bwd) ms of each (fn, leaves), timed in turn `rounds` times: a clock that drifts during the run
+    moves both sides of a ratio alike."""
+    times = [[time_fwd_bwd(fn, leaves) for fn, leaves in calls] for _ in range(rounds)]
+    return [tuple(statistics.median(t[i][j] for t in times) for j in range(2)) for i in range(len(calls))]
+
+
 def sinks(rows):
     from flashattn2 import flash_attn_func, flash_attn_with_kvcache
 
@@ -65,9 +77,10 @@ def sinks(rows):
         sink = torch.randn(heads, device="cuda", dtype=torch.float32, requires_grad=True)
         label = f"{name}, {batch} x {seqlen}, {heads}/{heads_k} heads, d{hdim}"
         call = functools.partial(flash_attn_func, q, k, v, causal=True, window_size=window)
-        base = _row(rows, "sink", f"{label}: no sink", *time_fwd_bwd(call, [q, k, v]))
-        _row(rows, "sink", f"{label}: learnable_sink", *time_fwd_bwd(
-            functools.partial(call, learnable_sink=sink), [q, k, v, sink]), base=base)
+        plain, with_sink = _interleaved([(call, [q, k, v]), (functools.partial(call, learnable_sink=sink),
+                                                             [q, k, v, sink])])
+        base = _row(rows, "sink", f"{label}: no sink", *plain)
+        _row(rows, "sink", f"{label}: learnable_sink", *with_sink, base=base)
         del q, k, v, call
     # decoding: one new token per sequence over a 8k cache
     batch, cache, heads, heads_k, hdim = 32, 8192, 64, 8, 64
@@ -113,6 +126,35 @@ def mla(rows):
         del q, k, v, qt, kt, vt, q2, k2, v2
 
 
+def latent(rows, batches=(1, 8, 64), caches=(4096, 16384, 65536), heads=128):
+    from bench_decode import copy_bandwidth, paged
+    from flashattn2 import flash_attn_with_kvcache
+
+    copy = copy_bandwidth()
+    print(f"latent copy bandwidth {copy:.0f} GB/s", flush=True)
+    rows.append({"group": "latent", "variant": "device-to-device copy", "fwd_ms": None, "bwd_ms": None,
+                 "gbps": copy})
+    for batch in batches:
+        for cache in caches:
+            kv = _rand(batch, cache, 1, 576, grad=False)
+            q = _rand(batch, 1, heads, 576, grad=False)
+            seqlens = torch.full((batch,), cache, device="cuda", dtype=torch.int32)
+            for layout in ("dense", "paged 64"):
+                if layout == "dense":
+                    k_cache, table = kv, None
+                else:
+                    k_cache, table = paged(kv, 64)
+                v_cache = k_cache[..., :512]  # the value cache is a view: the cache is read once
+                ms = _time_fwd(functools.partial(flash_attn_with_kvcache, q, k_cache, v_cache,
+                                                 cache_seqlens=seqlens, block_table=table))
+                gbps = batch * cache * 576 * 2 / ms / 1e6
+                row = {"group": "latent", "variant": f"576/512, {heads} heads, batch {batch}, cache {cache}, "
+                       f"{layout}", "fwd_ms": ms, "bwd_ms": None, "gbps": gbps, "of_copy": gbps / copy}
+                rows.append(row)
+                print(f"latent {row['variant']:58s} {ms:8.3f} ms  {gbps:7.0f} GB/s  {gbps / copy:.2f} of copy",
+                      flush=True)
+
+
 def write(rows, meta, out_dir: Path, stem: str) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{stem}_sinks_mla.json", out_dir / f"{stem}_sinks_mla.md"]
@@ -126,9 +168,17 @@ def write(rows, meta, out_dir: Path, stem: str) -> list[Path]:
     def f(x, fmt):
         return "" if x is None else format(x, fmt)
 
+    bw = [r for r in rows if r["group"] == "latent"]
+    rows = [r for r in rows if r["group"] != "latent"]
     lines += [f"| {r['group']} | {r['variant']} | {r['fwd_ms']:.3f} | {f(r['bwd_ms'], '.3f')} | "
               f"{f(r.get('fwd_ratio'), '.3f')} | {f(r.get('bwd_ratio'), '.3f')} | {f(r.get('fwd_tflops'), '.0f')} | "
               f"{f(r.get('bwd_tflops'), '.0f')} |" for r in rows]
+    if bw:
+        lines += ["", "Latent-cache decoding: the cache's bytes (batch x cache x 576 x 2) / time, against the copy "
+                  "bandwidth (bytes read + written / time) of the same run.", "",
+                  "| variant | ms | GB/s | of copy |", "|---|---:|---:|---:|"]
+        lines += [f"| {r['variant']} | {f(r['fwd_ms'], '.3f')} | {r['gbps']:.0f} | {f(r.get('of_copy'), '.2f')} |"
+                  for r in bw]
     paths[1].write_text("\n".join(lines) + "\n")
     return paths
 
@@ -137,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/bench_sinks_mla.py", description=__doc__.split("\n")[0])
     parser.add_argument("--out-dir", default="benchmarks/results")
     parser.add_argument("--tag", default=None)
-    parser.add_argument("--only", choices=("sink", "mla"), default=None)
+    parser.add_argument("--only", choices=("sink", "mla", "latent"), default=None)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: this benchmark needs one", file=sys.stderr)
@@ -147,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         sinks(rows)
     if args.only in (None, "mla"):
         mla(rows)
+    if args.only in (None, "latent"):
+        latent(rows)
     save(rows, write, argv, "python benchmarks/bench_sinks_mla.py", start, args.out_dir, args.tag)
     return 0
 

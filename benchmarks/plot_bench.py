@@ -166,12 +166,32 @@ def write_feature_plot(path: str | Path, rows: Sequence[Mapping[str, Any]], devi
     return path
 
 
+def write_bandwidth_plot(path: str | Path, rows: Sequence[Mapping[str, Any]], device: str) -> Path:
+    """Rows that read a cache (bench_sinks_mla.py's latent group): GB/s as a fraction of the same run's copy."""
+    rows = [r for r in rows if r.get("of_copy") is not None]
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
+    ys = range(len(rows))
+    ax.barh(list(ys), [r["of_copy"] for r in rows][::-1], height=0.6)
+    ax.set_yticks(list(ys), [r["variant"] for r in rows][::-1], fontsize=8)
+    ax.axvline(0.8, color="gray", linestyle="--", label="target: 0.8 of copy")
+    ax.set_xlabel("bytes read / time, fraction of the device-to-device copy (higher is better)")
+    ax.set_title(f"flashattn2 latent-cache decoding, {device}")
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
 def plot_file(json_path: str | Path) -> Path | None:
     """The PNG of one result file, beside it."""
     json_path = Path(json_path)
     doc = json.loads(json_path.read_text())
     png = json_path.with_suffix(".png")
     rows, meta = doc.get("rows", []), doc.get("meta", {})
+    if rows and any(r.get("of_copy") is not None for r in rows):
+        return write_bandwidth_plot(png, rows, meta.get("device", ""))
     if rows and "fwd_ms" in rows[0]:
         return write_feature_plot(png, rows, meta.get("device", ""))
     return write_plot(png, rows, doc.get("memory"), title=f"{OURS} — {meta.get('device', '')}")

@@ -109,8 +109,13 @@ kv = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=64, G=4, G_PAD=4, NUM_S
 ps.triton_ptx(kvcache.kvcache_attention_kernel, kv, 4, 2,
               {"stride_o": ("i32",) * 4, "stride_lse": ("i32",) * 4, "Sink": "*fp32"},
               ("CacheLeftpad", "CacheBatchIdx", "CuSeqlensQ", "AlibiSlopes", "QDescale", "KDescale", "VDescale"))
-# MLA's latent cache: Q K^T over 64-column chunks of 576, V and out 512 wide
-ps.triton_ptx(kvcache.kvcache_attention_kernel, dict(kv, HEAD_DIM=576, BLOCK_D=64, D_CHUNK=64, HEAD_DIM_V=512,
+# MLA's latent cache: 64 query heads a tile, Q K^T as 512 + 64 columns with the value tile read from the key tile
+ps.triton_ptx(kvcache.kvcache_attention_kernel, dict(kv, HEAD_DIM=576, BLOCK_D=64, HEAD_DIM_V=512, BLOCK_DV=512,
+                                                     D_TAIL=64, V_IS_K=True, BLOCK_M=64, BLOCK_N=32, G=64, G_PAD=64),
+              8, 2, {"stride_o": ("i32",) * 4, "stride_lse": ("i32",) * 4},
+              ("CacheLeftpad", "CacheBatchIdx", "CuSeqlensQ", "AlibiSlopes", "QDescale", "KDescale", "VDescale"))
+# equal query and value head dims past 256: Q K^T over 64-column chunks
+ps.triton_ptx(kvcache.kvcache_attention_kernel, dict(kv, HEAD_DIM=320, BLOCK_D=64, D_CHUNK=64, HEAD_DIM_V=320,
                                                      BLOCK_DV=512, BLOCK_N=32, G=1, G_PAD=1), 8, 2,
               {"stride_o": ("i32",) * 4, "stride_lse": ("i32",) * 4},
               ("CacheLeftpad", "CacheBatchIdx", "CuSeqlensQ", "AlibiSlopes", "QDescale", "KDescale", "VDescale"))
@@ -133,14 +138,16 @@ def test_mla_and_sink_kernels_compile_for_sm90():
     assert run.returncode == 0, run.stderr[-4000:]
 
 
-@pytest.mark.parametrize("paged,view,num_splits", [(False, True, 1), (False, False, 3), (True, True, 0),
-                                                   (True, False, 2)])
-def test_latent_cache_decoding(paged, view, num_splits):
+@pytest.mark.parametrize("paged,view,num_splits,heads", [(False, True, 1, 16), (False, False, 3, 16),
+                                                         (True, True, 0, 16), (True, False, 2, 16),
+                                                         (False, True, 0, 128), (True, True, 2, 128)])
+def test_latent_cache_decoding(paged, view, num_splits, heads):
     # MLA decoding over one latent cache: query/key head dim 576, value 512 (the value cache a view of the key
-    # cache's first 512 channels, or a tensor of its own), one KV head for 16 query heads, one or two new query
-    # rows per sequence (causal), dense or paged (page 16), with or without splits of the keys
+    # cache's first 512 channels, or a tensor of its own), one KV head for 16 or 128 query heads (more than a tile
+    # holds: the heads are packed in tiles of a divisor of the group), one or two new query rows per sequence
+    # (causal), dense or paged (page 16), with or without splits of the keys
     torch.manual_seed(21)
-    batch, heads, capacity, lens = 2, 16, 96, [37, 90]
+    batch, capacity, lens = 2, 96, [37, 90]
     q = randn(batch, 2, heads, 576, dtype=torch.bfloat16)
     k_cache = randn(batch, capacity, 1, 576, dtype=torch.bfloat16)
     v_cache = k_cache[..., :512] if view else randn(batch, capacity, 1, 512, dtype=torch.bfloat16)

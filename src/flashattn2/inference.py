@@ -230,7 +230,9 @@ def _seen_key(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
         return None
     if type(window_size) is not tuple:
         return None
-    return (*key, softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits)
+    # a value cache that is a view of the key cache's channels is read from the key tile (one latent cache)
+    shared = k_cache.data_ptr() == v_cache.data_ptr()
+    return (*key, shared, softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits)
 
 
 def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,

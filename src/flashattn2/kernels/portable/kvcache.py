@@ -74,7 +74,7 @@ def kvcache_attention_kernel(
     HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
     HAS_SEQLENS: tl.constexpr, HAS_LEFTPAD: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, PAGED: tl.constexpr,
     INTERPRET: tl.constexpr, IS_FP8: tl.constexpr = False, HEAD_DIM_V: tl.constexpr = 0,
-    BLOCK_DV: tl.constexpr = 0, D_CHUNK: tl.constexpr = 0,
+    BLOCK_DV: tl.constexpr = 0, D_CHUNK: tl.constexpr = 0, D_TAIL: tl.constexpr = 0, V_IS_K: tl.constexpr = False,
 ):
     """One program per (row tile, batch x head slot, split). G query heads share a tile (G_PAD rows per
     query position, G of them used); G = 1 without packing. With NUM_SPLITS = 1, Out/Lse are the final
@@ -83,7 +83,10 @@ def kvcache_attention_kernel(
     the matmuls run in bf16: decoding is bound by reading the cache, which FP8 halves.
     stride_q, _k, _v: (batch, row, head) strides; stride_o, stride_lse: (split, batch, row, head).
     HEAD_DIM_V / BLOCK_DV: V's and Out's head dim where it is smaller (MLA's latent cache; 0: HEAD_DIM). D_CHUNK: Q K^T
-    over chunks of this many columns, Q re-read per key tile (query/key head dims past 256; 0: one product)."""
+    over chunks of this many columns, Q re-read per key tile (query/key head dims past 256; 0: one product).
+    D_TAIL (a value head dim smaller than the query's): Q K^T as Q[:, :DV] K[:, :DV]^T plus the tail's columns
+    (D_TAIL: their padded width), so the first product's key tile is the value tile where V_IS_K (the value cache a
+    view of the key cache's first channels: MLA's latent cache is then read once)."""
     DV: tl.constexpr = HEAD_DIM_V if HEAD_DIM_V > 0 else HEAD_DIM
     BDV: tl.constexpr = BLOCK_DV if BLOCK_DV > 0 else BLOCK_D
     stride_qb, stride_qm, stride_qh = stride_q
@@ -116,7 +119,12 @@ def kvcache_attention_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     q_rows = Q + off_b64 * stride_qb + (q_start + q_pos).to(tl.int64) * stride_qm + head.to(tl.int64) * stride_qh
     offs_dv = tl.arange(0, BDV)
-    if D_CHUNK == 0:
+    offs_t = tl.arange(0, D_TAIL if D_TAIL > 0 else 16)
+    if D_TAIL > 0:
+        q = tl.load(q_rows[:, None] + offs_dv[None, :], mask=row_mask(row_ok, offs_dv, DV, BDV), other=0.0)
+        q_t = tl.load(q_rows[:, None] + DV + offs_t[None, :], mask=row_mask(row_ok, offs_t, HEAD_DIM - DV, D_TAIL),
+                      other=0.0)
+    elif D_CHUNK == 0:
         q = tl.load(q_rows[:, None] + offs_d[None, :], mask=row_mask(row_ok, offs_d, HEAD_DIM, BLOCK_D), other=0.0)
     alibi_slope = 0.0
     if HAS_ALIBI:
@@ -147,7 +155,13 @@ def kvcache_attention_kernel(
                                           num_pages, PAGED)
         bad_page |= bad
         valid = valid & ~bad
-        if D_CHUNK == 0:
+        if D_TAIL > 0:
+            kv = load_kv_rows(KCache, outer, inner, off_hk, stride_kb, stride_kn, stride_kh, offs_dv, valid, DV, BDV)
+            k_t = load_kv_rows(KCache + DV, outer, inner, off_hk, stride_kb, stride_kn, stride_kh, offs_t, valid,
+                               HEAD_DIM - DV, D_TAIL)
+            qk = mma(q, tl.trans(kv), None, INTERPRET)
+            qk = mma(q_t, tl.trans(k_t), qk, INTERPRET)
+        elif D_CHUNK == 0:
             k = load_kv_rows(KCache, outer, inner, off_hk, stride_kb, stride_kn, stride_kh, offs_d, valid, HEAD_DIM,
                              BLOCK_D)
             if IS_FP8:
@@ -169,7 +183,10 @@ def kvcache_attention_kernel(
                              HAS_LEFT, HAS_RIGHT) & valid[None, :]
         qk = tl.where(visible, qk, float("-inf"))
         p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, scale_log2, True)
-        v = load_kv_rows(VCache, outer, inner, off_hk, stride_vb, stride_vn, stride_vh, offs_dv, valid, DV, BDV)
+        if V_IS_K:
+            v = kv
+        else:
+            v = load_kv_rows(VCache, outer, inner, off_hk, stride_vb, stride_vn, stride_vh, offs_dv, valid, DV, BDV)
         if IS_FP8:
             v = v.to(tl.bfloat16)
         acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
@@ -237,9 +254,29 @@ LATENT_CHUNK = 64
 
 def pack_group(seqlen_q: int, group: int) -> int:
     """Query heads sharing a tile: the whole GQA group when the query rows are few and a tile holds the
-    group's (padded) heads of at least one query position."""
+    group's (padded) heads of at least one query position; a group larger than a tile (MLA's 128 query heads on
+    one latent head) in its largest divisor that fits, so the cache is read once per tile of heads, not per head."""
     g_pad = triton.next_power_of_2(group)
-    return group if 1 < group and g_pad <= MAX_BLOCK_M and seqlen_q * g_pad <= 128 else 1
+    if group <= 1 or seqlen_q * min(g_pad, MAX_BLOCK_M) > 128:
+        return 1
+    if g_pad <= MAX_BLOCK_M:
+        return group
+    return next(g for g in range(MAX_BLOCK_M, 0, -1)
+                if group % g == 0 and seqlen_q * triton.next_power_of_2(g) <= 128
+                and triton.next_power_of_2(g) <= MAX_BLOCK_M)
+
+
+def v_is_k_view(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """The value cache is the key cache's first channels (one latent cache): same storage, start and row strides."""
+    return (v_cache.data_ptr() == k_cache.data_ptr() and v_cache.stride()[:-1] == k_cache.stride()[:-1]
+            and v_cache.shape[:-1] == k_cache.shape[:-1])
+
+
+# (keys per tile, warps, stages) of the KV-cache kernel at a value head dim past 256 (MLA's latent cache, 512), by
+# whether the value tile is the key tile. Measured on an H100 (576/512, 128 heads, bf16): 64 x 8 x 2 reads a
+# latent cache 20-40% faster than 32-key tiles; a value cache of its own takes 32 keys (64 need 352 KB of shared
+# memory), sm_90 ptxas: 255 registers, 0-120 bytes of stack
+LATENT_TILES = {True: (64, 8, 2), False: (32, 8, 2)}
 
 
 def kv_tiles(block_d: int, paged: bool) -> tuple[int, int]:
@@ -259,13 +296,16 @@ PROGRAMS_PER_SM = {False: 1, True: 2}
 
 
 def num_splits_heuristic(programs: int, capacity: int, block_n: int, device: torch.device,
-                         paged: bool = False) -> int:
+                         paged: bool = False, one_per_sm: bool = False) -> int:
     """Splits of the keys from static shapes only (no sync: a decode step stays capturable): about
     PROGRAMS_PER_SM programs per SM, each with at least four key tiles. Measured on an H100: dense caches do
-    best at one program per SM (10-25% ahead of two to four at batch 1), paged ones at two."""
+    best at one program per SM (10-25% ahead of two to four at batch 1), paged ones at two. one_per_sm: programs
+    that fill an SM alone (the latent cache's): one wave of them, each with at least two key tiles."""
     if device.type != "cuda" or programs == 0:
         return 1
     n_sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    if one_per_sm:
+        return max(1, min(n_sms // programs, cdiv(capacity, 2 * block_n), 128))
     target = PROGRAMS_PER_SM[paged] * n_sms
     if programs >= target:
         return 1
@@ -313,7 +353,12 @@ class KVCachePlan:
         # MLA's latent cache: V (and out) narrower than Q and K; Q K^T over 64-column chunks past 256
         head_dim_v = v_cache.shape[-1]
         latent = dict(HEAD_DIM_V=head_dim_v, BLOCK_DV=padded_head_dim(head_dim_v)) if head_dim_v != head_dim else {}
-        if head_dim > 256:
+        d_tail = max(16, triton.next_power_of_2(head_dim - head_dim_v)) if head_dim_v < head_dim else 0
+        if 0 < d_tail <= 256:
+            # Q K^T over V's columns plus the tail: the key tile of the first product is the value tile when the
+            # value cache is a view of the key cache's first channels
+            latent.update(D_TAIL=d_tail, V_IS_K=v_is_k_view(k_cache, v_cache))
+        elif head_dim > 256:
             block_d = LATENT_CHUNK
             latent["D_CHUNK"] = LATENT_CHUNK
         g = pack_group(seqlen_q, group)
@@ -321,15 +366,16 @@ class KVCachePlan:
         rows = seqlen_q * g_pad
         block_m = max(16, min(triton.next_power_of_2(rows), MAX_BLOCK_M))
         block_n, num_stages = kv_tiles(max(block_d, latent.get("BLOCK_DV", 0)), paged)
-        num_warps = 4
+        num_warps, one_per_sm = 4, False
         if latent.get("BLOCK_DV", 0) > 256 and not INTERPRET:
-            # a (16 rows, 512) fp32 accumulator over 8 warps, 32-key tiles: 187 registers, no spills (sm_90, triton
-            # 3.6's ptxas; 4 warps or 64-key tiles spill 84-624 bytes)
-            block_m, block_n, num_warps = 16, 32, 8
+            # a (64 heads, 512) fp32 accumulator over 8 warps with Q's 576 columns in shared memory: one program
+            # fills an SM
+            block_n, num_warps, num_stages = LATENT_TILES[latent.get("V_IS_K", False)]
+            one_per_sm = True
         m_tiles = cdiv(rows, block_m)
         programs = m_tiles * batch * (nheads // g)
         if num_splits <= 0:
-            num_splits = num_splits_heuristic(programs, capacity, block_n, q.device, paged)
+            num_splits = num_splits_heuristic(programs, capacity, block_n, q.device, paged, one_per_sm)
         self.num_splits = num_splits = max(1, min(num_splits, 256))
         self.batch, self.seqlen_q, self.varlen = batch, seqlen_q, varlen
         fp8 = q.dtype == torch.float8_e4m3fn
@@ -417,7 +463,8 @@ def _layout(x: torch.Tensor | None):
 def kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
                  opts: AttnOptions, num_splits: int) -> KVCachePlan:
     key = (q.device, *(_layout(x) for x in (q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad,
-                                             cache_batch_idx, block_table)), opts.plan_key(), num_splits)
+                                             cache_batch_idx, block_table)), opts.plan_key(), num_splits,
+           v_cache.shape[-1] < k_cache.shape[-1] and v_is_k_view(k_cache, v_cache))
     plan = _plans.get(key)
     if plan is None:
         plan = _plans.add(key, KVCachePlan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad,
