@@ -112,7 +112,12 @@ def triton_variants():
         {"K": desc(64, 128), "V": desc(64, 128)}, bwd_unused)
     yield "triton-bwd-preprocess-d128-varlen-zero", lambda: triton_ptx(
         bwd.bwd_preprocess_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=64, IS_VARLEN=True, ZERO_DQ=True), 4, 3,
-        {"DqAcc": "*fp32"})
+        {"DqAcc": "*fp32"}, tuple(a for a in ("Lse", "DSink") if a in bwd.bwd_preprocess_kernel.arg_names))
+    # with learnable sinks: dsink summed in the preprocess
+    if "DSink" in bwd.bwd_preprocess_kernel.arg_names:
+        yield "triton-bwd-preprocess-d64-sink", lambda: triton_ptx(
+            bwd.bwd_preprocess_kernel, dict(HEAD_DIM=64, BLOCK_D=64, BLOCK_M=64, IS_VARLEN=False, ZERO_DQ=True), 4, 3,
+            {"DqAcc": "*fp32", "Lse": "*fp32", "Sink": "*fp32", "DSink": "*fp32"}, ("CuSeqlensQ",))
     kv_flags = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_M=16, BLOCK_N=64, G=4, G_PAD=4, NUM_SPLITS=4, HAS_LEFT=False,
                     HAS_RIGHT=True, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SEQLENS=True,
                     HAS_LEFTPAD=False, HAS_BATCH_IDX=False, PAGED=True, INTERPRET=False)

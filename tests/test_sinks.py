@@ -21,6 +21,7 @@ from helpers import (
 
 def _ref(q, k, v, sink, dout, upcast, **opts):
     """Reference (out, lse, dq, dk, dv, dsink) in float64 (upcast) or in the input dtype."""
+    opts.pop("deterministic", None)  # a backward option: the reference has one way only
     leaves = [(x.detach().double() if upcast else x.detach().clone()).requires_grad_() for x in (q, k, v, sink)]
     if not upcast:
         leaves[3] = sink.detach().to(q.dtype).requires_grad_()
@@ -44,6 +45,7 @@ OPTIONS = [
     dict(causal=True),
     dict(window_size=(20, 5)),
     dict(causal=True, softcap=5.0),
+    dict(causal=True, deterministic=True),  # dsink summed in torch ops, not by the preprocess's atomics
 ]
 
 

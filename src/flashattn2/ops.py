@@ -47,9 +47,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions
 
 def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
              lse: torch.Tensor, opts: AttnOptions, fwd_plan: ForwardPlan | None = None,
-             delta: torch.Tensor | None = None):
+             sink: tuple[torch.Tensor, torch.Tensor] | None = None):
     """(dq, dk, dv). With the forward's plan, the backward's is looked up by the gradient's layout alone.
-    delta: a contiguous float32 tensor like lse that receives rowsum(dout * out) (BackwardPlan.__call__)."""
+    sink: (learnable_sink, dsink): the sink's gradient is added into dsink, float32 (BackwardPlan.__call__)."""
     # the kernels need a unit stride on the head dim; upstream ops may hand any layout
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
@@ -62,9 +62,9 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             plan = fwd_plan.backward_plans[key] = backward_plan(dout, q, k, v, out, lse, opts)
     with device_guard(q):
         if not opts.varlen:
-            return plan(dout, q, k, v, out, lse, opts, delta)
+            return plan(dout, q, k, v, out, lse, opts, sink)
         cu_seqlens.raise_pending(q.device)
-        dq, dk, dv = plan(dout, q, k, v, out, lse, opts, delta)
+        dq, dk, dv = plan(dout, q, k, v, out, lse, opts, sink)
         cu_seqlens.check_and_poison(opts.cu_seqlens_q, opts.cu_seqlens_k, q.shape[0], k.shape[0], opts.max_seqlen_q,
                                     opts.max_seqlen_k, (dq, dk, dv))
         return dq, dk, dv

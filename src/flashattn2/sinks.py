@@ -60,21 +60,10 @@ def fold(out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
 def sink_grad(dout: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor,
               varlen: bool) -> torch.Tensor:
     """d sink = -sum over each head's rows of exp(sink - lse) rowsum(dout * out), in sink's dtype, in torch ops
-    (traced calls: eager ones take the row sums from the backward's own preprocess)."""
+    (traced and deterministic calls: eager ones sum it in the backward's own preprocess)."""
     delta = (dout.float() * out.float()).sum(-1).transpose(-1, -2)  # like lse
-    return _dsink(delta, lse, sink, varlen)
-
-
-def _dsink(delta: torch.Tensor, lse: torch.Tensor, sink: torch.Tensor, varlen: bool,
-           rows: torch.Tensor | None = None) -> torch.Tensor:
-    """d sink from Delta = rowsum(dout * out) laid out like lse (batch, heads, seqlen) or (heads, total); rows: the
-    packed rows that hold one (the others add nothing)."""
-    p_sink = torch.exp(_head_view(sink, lse, varlen) - lse)
-    grad = -(p_sink * delta)
-    if rows is not None:
-        grad = torch.where(rows, grad, 0.0)
-    grad = grad.sum(-1) if varlen else grad.sum((0, 2))
-    return grad.to(sink.dtype)
+    grad = -(torch.exp(_head_view(sink, lse, varlen) - lse) * delta)
+    return (grad.sum(-1) if varlen else grad.sum((0, 2))).to(sink.dtype)
 
 
 def _raw_forward(q, k, v, opts: AttnOptions):
@@ -92,20 +81,23 @@ def _raw_backward(dout, q, k, v, out, lse, opts: AttnOptions):
 
 
 def _forward(q, k, v, sink, opts: AttnOptions):
-    """(out, lse) with the sink: the forward kernels fold it into their own normalisation (out rounded once, no
-    second pass) in eager calls; traced calls fold it after the custom op, in torch ops."""
+    """(out, lse, the forward's plan or None) with the sink: the forward kernels fold it into their own
+    normalisation (out rounded once, no second pass) in eager calls; traced calls fold it after the custom op, in
+    torch ops."""
     if ops.is_traced(q):
-        return fold(*_raw_forward(q, k, v, opts), sink, opts.varlen)
-    out, lse, _ = ops.forward(q, k, v, opts._replace(learnable_sink=sink.detach().contiguous()))
-    return out, lse
+        return *fold(*_raw_forward(q, k, v, opts), sink, opts.varlen), None
+    opts = opts._replace(learnable_sink=sink.detach().contiguous())
+    plan = ops.forward_plan(q, k, v, opts, False)
+    out, lse, _ = ops.forward(q, k, v, opts, plan=plan)
+    return out, lse, plan
 
 
 class _SinkAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, sink, opts: AttnOptions):
-        out, lse = _forward(q, k, v, sink, opts)
+        out, lse, plan = _forward(q, k, v, sink, opts)
         ctx.save_for_backward(q, k, v, sink, out, lse)
-        ctx.opts = opts
+        ctx.opts, ctx.plan = opts, plan
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -113,17 +105,15 @@ class _SinkAttention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         q, k, v, sink, out, lse = ctx.saved_tensors
         dout = dout.contiguous()
-        if ops.is_traced(q) or not ctx.needs_input_grad[3]:
+        # deterministic calls sum dsink in torch ops: the fused sum adds per tile with fp32 atomics
+        if ops.is_traced(q) or not ctx.needs_input_grad[3] or ctx.opts.deterministic:
             dq, dk, dv = _raw_backward(dout, q, k, v, out, lse, ctx.opts)
             dsink = sink_grad(dout, out, lse, sink, ctx.opts.varlen) if ctx.needs_input_grad[3] else None
             return dq, dk, dv, dsink, None
-        # eager: the backward's own Delta = rowsum(dout * out) gives dsink without another pass over dout and out
-        delta = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
-        dq, dk, dv = ops.backward(dout, q, k, v, out, lse, ctx.opts, delta=delta)
-        rows = None
-        if ctx.opts.varlen:  # a packed batch's rows past its last sequence have no Delta (nor lse)
-            rows = torch.arange(lse.shape[-1], device=lse.device) < ctx.opts.cu_seqlens_q[-1]
-        return dq, dk, dv, _dsink(delta, lse, sink, ctx.opts.varlen, rows), None
+        # eager: the backward's preprocess, which reads dout and out for Delta anyway, sums dsink too
+        dsink = torch.zeros(sink.shape, dtype=torch.float32, device=sink.device)
+        dq, dk, dv = ops.backward(dout, q, k, v, out, lse, ctx.opts, ctx.plan, sink=(sink, dsink))
+        return dq, dk, dv, dsink.to(sink.dtype), None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Tensor,
@@ -131,4 +121,4 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: torch.Ten
     """(out, lse) with the sink, autograd to q, k, v and the sink; lse includes the sink."""
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, sink)):
         return _SinkAttention.apply(q, k, v, sink, opts)
-    return _forward(q, k, v, sink, opts)
+    return _forward(q, k, v, sink, opts)[:2]

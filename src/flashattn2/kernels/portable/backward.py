@@ -31,13 +31,15 @@ from .configs import BwdConfig, bwd_config
 
 @triton.jit(do_not_specialize=ROW_COUNTS)
 def bwd_preprocess_kernel(
-    Out, dOut, Delta, DqAcc, CuSeqlensQ, stride_o, stride_do, stride_lse, stride_dq, nheads, seqlen_q, total_q,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_VARLEN: tl.constexpr,
+    Out, dOut, Delta, DqAcc, CuSeqlensQ, Lse, Sink, DSink, stride_o, stride_do, stride_lse, stride_dq, nheads,
+    seqlen_q, total_q, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, IS_VARLEN: tl.constexpr,
     ZERO_DQ: tl.constexpr, HEAD_DIM_V: tl.constexpr = 0, BLOCK_DV: tl.constexpr = 0,
 ):
     """Delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d], the row term of dS = P * (dP - Delta); with
     ZERO_DQ also zeroes the same rows of the fp32 dQ buffer that the fused Gluon backward adds into. O and dO have
-    HEAD_DIM_V columns where it is given (MLA), dQ HEAD_DIM."""
+    HEAD_DIM_V columns where it is given (MLA), dQ HEAD_DIM. With learnable sinks (Sink, None without), the sink's
+    gradient -sum_i exp(sink[h] - Lse[b, h, i]) Delta[b, h, i] (sinks.py) is added into DSink[h] (fp32, zeroed by
+    the caller); Lse is laid out like Delta."""
     DV: tl.constexpr = HEAD_DIM_V if HEAD_DIM_V > 0 else HEAD_DIM
     BDV: tl.constexpr = BLOCK_DV if BLOCK_DV > 0 else BLOCK_D
     stride_ob, stride_om, stride_oh = stride_o
@@ -61,6 +63,11 @@ def bwd_preprocess_kernel(
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
     tl.store(Delta + off_b * stride_lse_b + off_h * stride_lse_h + q_start + offs_m, delta,
              mask=offs_m < seqlen_q)
+    if Sink is not None:
+        lse = tl.load(Lse + off_b * stride_lse_b + off_h * stride_lse_h + q_start + offs_m, mask=offs_m < seqlen_q,
+                      other=float("inf"))
+        p_sink = tl.exp(tl.load(Sink + off_h).to(tl.float32) - lse)  # 0 on rows past the end (lse +inf there)
+        tl.atomic_add(DSink + off_h, -tl.sum(p_sink * delta, 0))
     if ZERO_DQ:
         store_rows(DqAcc + off_b * stride_dqb + off_h * stride_dqh + rows * stride_dqm + offs_d[None, :],
                    tl.zeros([BLOCK_M, BLOCK_D], tl.float32), offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D)
@@ -371,11 +378,14 @@ class BackwardPlan:
                        stride_lse=lse_strides(lse, varlen))
 
         pre_block = 64 if not INTERPRET else 32
-        self.preprocess = Launch(
+        self._preprocess_args = (
             bwd_preprocess_kernel, (cdiv(seqlen_q, pre_block), batch * nheads, 1), (),
             dict(stride_o=row_strides(out, varlen), stride_do=strides["stride_do"], stride_lse=strides["stride_lse"],
                  stride_dq=dq_strides, nheads=nheads, seqlen_q=seqlen_q, total_q=total_q, HEAD_DIM=head_dim,
                  BLOCK_D=block_d, BLOCK_M=pre_block, IS_VARLEN=varlen, ZERO_DQ=self.fused_dq, **mla), 4, 3)
+        self.preprocess = Launch(*self._preprocess_args)
+        # the preprocess summing dsink, by what Triton specialises the sink on (a Launch keeps its first kernel)
+        self._sink_preprocess: dict[tuple, Launch] = {}
         named = dict(strides, nheads=nheads, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=total_q, total_k=total_k,
                      softmax_scale=opts.softmax_scale, HEAD_DIM=head_dim, BLOCK_D=block_d, INTERPRET=INTERPRET,
                      USE_TMA=use_tma, **opts.kernel_args(), **mla)
@@ -390,22 +400,26 @@ class BackwardPlan:
             dict(named, group=nheads // nheads_k, BLOCK_M=cfg.dq_block_m, BLOCK_N=cfg.dq_block_n),
             cfg.dq_num_warps, cfg.dq_num_stages)
 
-    def __call__(self, dout, q, k, v, out, lse, opts, delta=None):
-        """(dq, dk, dv); delta: a contiguous float32 tensor like lse to receive Delta = rowsum(dO * O) (the sinks'
-        gradient reads it), else the plan's own."""
+    def __call__(self, dout, q, k, v, out, lse, opts, sink=None):
+        """(dq, dk, dv); sink: (learnable_sink, dsink), a float32 (nheads,) tensor that the preprocess adds the
+        sink's gradient into (sinks.py; lse then includes the sink)."""
         if self.empty:
             # nothing to attend to (or nobody attending): every gradient is zero, and so is every out and Delta
-            if delta is not None:
-                delta.zero_()
             return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         device = self.device
-        if delta is None:
-            delta = common.empty(self.lse_shape, torch.float32, device)
+        delta = common.empty(self.lse_shape, torch.float32, device)
         # the fused kernel adds softmax_scale * dQ into an fp32 buffer, tile by tile; the preprocess zeroes
         # the rows of every sequence (like dq on the other paths, a packed batch's rows past cu_seqlens_q[-1]
         # are left unwritten)
         dq_acc = torch.empty(q.shape, dtype=torch.float32, device=device) if self.fused_dq else None
-        self.preprocess(out, dout, delta, delta if dq_acc is None else dq_acc, opts.cu_seqlens_q)
+        if sink is None:
+            self.preprocess(out, dout, delta, delta if dq_acc is None else dq_acc, opts.cu_seqlens_q, None, None, None)
+        else:
+            key = (sink[0].dtype, align(sink[0]))
+            launch = self._sink_preprocess.get(key)
+            if launch is None:
+                launch = self._sink_preprocess[key] = Launch(*self._preprocess_args)
+            launch(out, dout, delta, delta if dq_acc is None else dq_acc, opts.cu_seqlens_q, lse, *sink)
         dk = common.empty(k.shape, k.dtype, device)
         dv = common.empty(v.shape, v.dtype, device)
         if self.gluon is not None:
