@@ -47,6 +47,9 @@ VARIANTS = [
     (64, torch.bfloat16, {"BWD": True, "MAY_SPILL": True}),
     (64, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True, "FUSED_DQ=0": True}),
     (128, torch.float16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
+    # a value head dim unlike the query's (MLA 192/128): Q and K in three 64-column tiles, O by pointer stores
+    (192, torch.bfloat16, {"head_dim_v=128": True}),
+    (192, torch.float16, {"head_dim_v=128": True, "HAS_RIGHT": True, "REVERSE_M": True, "IS_VARLEN": True}),
     # head dim 256: 64-key programs, the warpgroups split the head dim (SPLIT_D)
     (256, torch.bfloat16, {"BWD": True}),
     (256, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
@@ -210,6 +213,12 @@ def test_auto_and_default_tiles_per_head_dim():
         assert dense_causal["LAZY_O_WAIT"] and not dense["LAZY_O_WAIT"]
         assert default_tuning(head_dim, False, packed)["Q_STAGES"] == 1
     assert default_tuning(64, True, full)["CONSUMERS"] == 2
+    # MLA's 192/128 on Gluon under auto (1.04-1.30x cuDNN, the Triton forward 0.57-0.72x), its own tiles, the
+    # scheduled grid when dense and causal
+    assert auto_declines(torch.empty(1, 4096, 1, 192, dtype=torch.bfloat16), causal) is None
+    assert default_tuning(192, False, full, 128) == fwd.CONFIGS_MLA[(192, 128)]
+    assert default_tuning(192, False, causal, 128)["PERSISTENT_CAUSAL"]
+    assert not default_tuning(192, False, packed, 128)["PERSISTENT_CAUSAL"]
     assert default_tuning(128, False, full)["SEPARATE_O"] and default_tuning(128, False, full)["STAGES"] == 2
     assert default_tuning(256, False, full) == CONFIGS[256]
     long64 = torch.empty(1, AUTO_D64_MIN_ROWS, 1, 64, dtype=torch.bfloat16)

@@ -72,17 +72,67 @@ def test_varlen_unlike_value_head_dim_with_a_sink():
             assert_close_to_ref(name, g, r, p, BWD_FACTOR)
 
 
-def test_the_hopper_kernels_decline_and_errors_name_the_problem():
+def test_the_hopper_backward_declines_and_errors_name_the_problem():
     q, k = (randn(1, 64, 2, 192, dtype=torch.bfloat16) for _ in range(2))
     v = randn(1, 64, 2, 128, dtype=torch.bfloat16)
     opts = AttnOptions(softmax_scale=192 ** -0.5)
-    for choose in (lambda: forward_backend(q, k, v, opts), lambda: backward_backend(v, q, k, v, opts)):
-        backend, why = choose()
-        assert backend == "triton" and why is not None
+    backend, why = backward_backend(v, q, k, v, opts)
+    assert backend == "triton" and why is not None
+    backend, why = forward_backend(q, k, v, opts)  # the Gluon forward takes 192/128 (on Hopper, where chosen)
+    assert (backend == "gluon-sm90") == (why is None)
+    v96 = randn(1, 64, 2, 96, dtype=torch.bfloat16)
+    assert forward_backend(q, k, v96, opts)[0] == "triton"
     with pytest.raises(ValueError, match="head dims differ"):
         flashattn2.flash_attn_func(q, randn(1, 64, 2, 128, dtype=torch.bfloat16), v)
     with pytest.raises(ValueError, match="v's head dim"):
         flashattn2.flash_attn_func(q, k, randn(1, 64, 2, 320, dtype=torch.bfloat16))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)),
+                    reason="needs an sm_90 GPU (the Gluon forward)")
+@pytest.mark.parametrize("causal,varlen", [(False, False), (True, False), (True, True)])
+def test_gluon_forward_unlike_value_head_dim(causal, varlen):
+    # the Hopper forward at 192/128 (Q and K in 64-column tiles): cut query and key tiles, GQA, packed sequences;
+    # the backward (portable kernels) follows its output and lse
+    torch.manual_seed(3)
+    flashattn2.set_backend("gluon")
+    try:
+        heads, heads_k = 4, 2
+        if varlen:
+            lens = [200, 0, 333]
+            cu = torch.tensor([0] + lens, device=DEVICE).cumsum(0).to(torch.int32)
+            q, k = (randn(sum(lens), h, 192, dtype=torch.bfloat16, requires_grad=True) for h in (heads, heads_k))
+            v = randn(sum(lens), heads_k, 128, dtype=torch.bfloat16, requires_grad=True)
+            assert forward_backend(q, k, v, AttnOptions(softmax_scale=192 ** -0.5, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                                        max_seqlen_q=333, max_seqlen_k=333))[0] == "gluon-sm90"
+            out = flashattn2.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=causal)
+            dout = randn(*out.shape, dtype=out.dtype)
+            out.backward(dout)
+            for sq, sk, seq in packed_sequences(q, k, v, cu, cu, lens, lens):
+                ref, _, ref_grads = reference_with_grads(*seq, dout[sq][None], causal=causal)
+                pt, _, pt_grads = reference_with_grads(*seq, dout[sq][None], upcast=False, causal=causal)
+                assert_close_to_ref("out", out[sq][None], ref, pt, FWD_FACTOR)
+                mine = (q.grad[sq][None], k.grad[sk][None], v.grad[sk][None])
+                for name, g, r, p in zip(("dq", "dk", "dv"), mine, ref_grads, pt_grads, strict=True):
+                    assert_close_to_ref(name, g, r, p, BWD_FACTOR)
+            return
+        batch, seqlen_q, seqlen_k = 2, 300, 450
+        q = randn(batch, seqlen_q, heads, 192, dtype=torch.bfloat16, requires_grad=True)
+        k = randn(batch, seqlen_k, heads_k, 192, dtype=torch.bfloat16, requires_grad=True)
+        v = randn(batch, seqlen_k, heads_k, 128, dtype=torch.bfloat16, requires_grad=True)
+        assert forward_backend(q, k, v, AttnOptions(softmax_scale=192 ** -0.5))[0] == "gluon-sm90"
+        out, lse, _ = flashattn2.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+        dout = randn(*out.shape, dtype=out.dtype)
+        out.backward(dout)
+        ref, ref_lse, ref_grads = reference_with_grads(q, k, v, dout, causal=causal)
+        pt, _, pt_grads = reference_with_grads(q, k, v, dout, upcast=False, causal=causal)
+        assert_close_to_ref("out", out, ref, pt, FWD_FACTOR)
+        torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-4, atol=1e-4)
+        for name, x, r, p in zip(("dq", "dk", "dv"), (q, k, v), ref_grads, pt_grads, strict=True):
+            assert_close_to_ref(name, x.grad, r, p, BWD_FACTOR)
+    finally:
+        flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
 
 
 _COMPILE = """

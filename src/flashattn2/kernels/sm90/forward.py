@@ -135,11 +135,22 @@ CONFIGS_FP8_CAUSAL = {
 # +5 / +2 / +1 / -2%, causal +3 / +7 / +10 / +6 / 0%; d128 non-causal +13 / +12 / +7 / +3 / +1%, causal +2 / +3 /
 # +2 / +2 / +4% (H100, 2026-11-25)
 CONFIGS_FP8_DENSE = {64: dict(Q_STAGES=2), 128: dict(Q_STAGES=2)}
+# a value head dim unlike the query's (MLA), by (query/key head dim, value head dim): Q and K in 64-column tiles
+# (QK_CHUNKS of them), O through pointer stores, Q released as soon as its last S is out (SEPARATE_O). Shared
+# memory at 192/128 with 128-key tiles, 2 stages: Q 48 KB, K 96 KB, V 64 KB
+MLA_CHUNK = 64
+CONFIGS_MLA = {
+    (192, 128): dict(BLOCK_N=128, STAGES=2, PINGPONG=True, L2_SECTIONS=2, **dict(_GRID, SEPARATE_O=True)),
+}
+CONFIGS_MLA_CAUSAL = {(192, 128): dict(PERSISTENT_CAUSAL=True)}
 # where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md), except dense calls
 # without a right window edge from AUTO_D64_MIN_ROWS query rows, where three consumers beat it (bf16, H100,
 # 2026-11-24: 2k 436 against 417, 4k 453 against 414, 16k 502 against 440; 1k 360 against 378), and dense causal
 # calls from AUTO_D64_CAUSAL_MIN_ROWS (2026-11-25, two Q stages: 8k 418 against 410, 16k 454 against 430; 4k level)
 AUTO_HEAD_DIMS = (128, 256)
+# MLA's 192/128 (CONFIGS_MLA): 1.04 / 1.10 / 1.11 / 1.30x cuDNN causal at 2k / 4k / 8k / 16k, where the Triton forward
+# ran 0.57-0.72x (bf16, H100, 2026-11-25)
+AUTO_MLA_QUERY_DIMS = (192,)
 AUTO_HEAD_DIMS_FP8 = (64, 128, 256)
 AUTO_D64_MIN_ROWS = 2048
 AUTO_D64_CAUSAL_MIN_ROWS = 8192
@@ -156,7 +167,9 @@ def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     d64_long = q.shape[-1] == 64 and not fp8 and q.dim() == 4 and (
         (opts.window_right < 0 and q.shape[1] >= AUTO_D64_MIN_ROWS)
         or (opts.causal and q.shape[1] >= AUTO_D64_CAUSAL_MIN_ROWS))
-    if q.shape[-1] not in (AUTO_HEAD_DIMS_FP8 if fp8 else AUTO_HEAD_DIMS) and not d64_long:
+    # a query head dim of CONFIGS_MLA reaches here only with its value head dim (can_implement)
+    mla = not fp8 and q.shape[-1] in AUTO_MLA_QUERY_DIMS
+    if q.shape[-1] not in (AUTO_HEAD_DIMS_FP8 if fp8 else AUTO_HEAD_DIMS) and not (d64_long or mla):
         return f"head dim {q.shape[-1]}: the Triton forward is as fast"
     if fp8 and opts.causal and q.dim() == 4 and q.shape[1] < AUTO_FP8_CAUSAL_MIN_ROWS[q.shape[-1]]:
         return f"FP8 causal with {q.shape[1]} query rows: the Triton FP8 kernel is faster"
@@ -171,12 +184,15 @@ CONSUMER_REGS = gl.constexpr(232)
 CONSUMER_REGS_OF_3 = gl.constexpr(160)
 
 
-def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions) -> dict:
+def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions, head_dim_v: int | None = None) -> dict:
     """CONFIGS' (CONFIGS_FP8's) entry for a call; dense calls take CONFIGS_CAUSAL's (CONFIGS_FP8_CAUSAL's) changes
     to it with a right window edge (causal), CONFIGS_NONCAUSAL's (bf16/fp16) without, and FP8 ones
-    CONFIGS_FP8_DENSE's either way."""
+    CONFIGS_FP8_DENSE's either way. A value head dim unlike the query's takes CONFIGS_MLA's (CONFIGS_MLA_CAUSAL's)."""
     configs, causal, noncausal = ((CONFIGS_FP8, CONFIGS_FP8_CAUSAL, {}) if fp8 else
                                   (CONFIGS, CONFIGS_CAUSAL, CONFIGS_NONCAUSAL))
+    if head_dim_v not in (None, head_dim):
+        configs, causal, noncausal = CONFIGS_MLA, CONFIGS_MLA_CAUSAL, {}
+        head_dim = (head_dim, head_dim_v)
     if opts.varlen:
         return dict(configs[head_dim])
     changes = (causal if opts.window_right >= 0 else noncausal).get(head_dim, {})
@@ -293,7 +309,9 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr,
               IS_FP8: gl.constexpr):
     Q_STAGES: gl.constexpr = sm.q_bar.shape[0]
-    CONSUMERS: gl.constexpr = sm.q.shape[0] // Q_STAGES  # one Q part each per Q stage
+    QK_CHUNKS: gl.constexpr = sm.k.shape[0] // STAGES  # Q and K tiles per part and stage (_issue_s)
+    CONSUMERS: gl.constexpr = sm.q.shape[0] // (Q_STAGES * QK_CHUNKS)  # one Q part each per Q stage
+    BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     it = 0  # K/V ring slot, counted across work items
     done = 0  # work items finished, for the Q barriers' phases
     first, last, step = grid.steps()
@@ -307,10 +325,11 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
             qs = done % Q_STAGES
             q_bar = sm.q_bar.index(qs)
             mbarrier.wait(sm.q_empty.index(qs), free_phase(done, Q_STAGES))
-            mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
+            mbarrier.expect(q_bar, CONSUMERS * QK_CHUNKS * q_desc.block_type.nbytes)
             for w in gl.static_range(CONSUMERS):
-                tma_load(q_desc, [tma_b, q_start + start_m + w * WG_M, off_h, 0], q_bar,
-                         sm.q.index(qs * CONSUMERS + w))
+                for c in gl.static_range(QK_CHUNKS):
+                    tma_load(q_desc, [tma_b, q_start + start_m + w * WG_M, off_h, c * BLOCK_D], q_bar,
+                             sm.q.index((qs * CONSUMERS + w) * QK_CHUNKS + c))
             for start_n in range(n_lo, n_hi, BLOCK_N):
                 key_n = start_n
                 if lists.on:  # start_n counts visit tiles
@@ -318,8 +337,10 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
                 stage = it % STAGES
                 phase = free_phase(it, STAGES)
                 mbarrier.wait(sm.kv_empty.index(stage), phase)
-                mbarrier.expect(sm.k_ready.index(stage), k_desc.block_type.nbytes)
-                tma_load(k_desc, [tma_b, k_start + key_n, off_hk, 0], sm.k_ready.index(stage), sm.k.index(stage))
+                mbarrier.expect(sm.k_ready.index(stage), QK_CHUNKS * k_desc.block_type.nbytes)
+                for c in gl.static_range(QK_CHUNKS):
+                    tma_load(k_desc, [tma_b, k_start + key_n, off_hk, c * BLOCK_D], sm.k_ready.index(stage),
+                             sm.k.index(stage * QK_CHUNKS + c))
                 mbarrier.wait(sm.kv_empty.index(STAGES + stage), phase)
                 mbarrier.expect(sm.v_ready.index(stage), v_desc.block_type.nbytes)
                 if IS_FP8:  # V stored (batch, heads, head_dim, keys): a (head_dim, BLOCK_N) tile
@@ -333,9 +354,29 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
 
 
 @gluon.constexpr_function
+def _value_width(v_block, is_fp8):
+    # V's head dim from its descriptor's block: (1, keys, 1, head_dim), FP8's V^T (1, 1, head_dim, keys)
+    return v_block[2] if is_fp8 else v_block[3]
+
+
+@gluon.constexpr_function
 def _p_smem_layout(block_n):
     # FP8's P as the shared A operand of O += P V (K-major: rows of keys)
     return gl.NVMMASharedLayout.get_default_for([64, block_n], gl.float8e4nv)
+
+
+@gluon.jit
+def _issue_s(sm: FwdSmem, q_part, stage, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr):
+    """S = Q K_stageᵀ for Q part q_part, asynchronously: one matmul, or one per BLOCK_D-column chunk of Q and K
+    accumulated in turn where the query head dim is no power of two (MLA's 192 = 3 x 64: QK_CHUNKS tiles each)."""
+    QK_CHUNKS: gl.constexpr = sm.k.shape[0] // sm.k_ready.shape[0]
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N, sm.q.dtype.primitive_bitwidth)
+    tok = gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout)
+    for c in gl.static_range(QK_CHUNKS):
+        q_c = sm.q.index(q_part * QK_CHUNKS + c).reshape([WG_M, BLOCK_D])
+        k_t = sm.k.index(stage * QK_CHUNKS + c).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
+        tok = warpgroup_mma(q_c, k_t, tok, use_acc=c > 0, is_async=True)
+    return tok
 
 
 @gluon.jit
@@ -352,7 +393,7 @@ def _v_tile(v_smem, stage, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, IS_FP8:
 def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
            softcap_out, alibi_slope, lists: BlockLists, visit, mod: ScoreMod, dtype: gl.constexpr,
            BLOCK_N: gl.constexpr,
-           BLOCK_D: gl.constexpr,
+           BLOCK_DV: gl.constexpr,
            HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
            MASKED: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
     """Raw scores of one tile -> P (dtype, in the PV matmul's A-operand layout; FP8: as computed, for its
@@ -373,7 +414,7 @@ def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_le
     if IS_FP8:
         p = p.to(dtype)
     else:
-        p = gl.convert_layout(p.to(dtype), p_layout(BLOCK_D))
+        p = gl.convert_layout(p.to(dtype), p_layout(BLOCK_DV))
     return p, alpha, m_i, l_i
 
 
@@ -430,31 +471,28 @@ def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
-def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm: FwdSmem, p_smem, offs_m, seqlen_q, seqlen_k, qk_scale,
+def _step(it, turns, start_n, acc, m_i, l_i, p, q_part, sm: FwdSmem, p_smem, offs_m, seqlen_q, seqlen_k, qk_scale,
           window_left, window_right, softcap_in2, softcap_out, alibi_slope, lists: BlockLists, visit, mod: ScoreMod,
           WG: gl.constexpr, BLOCK_N: gl.constexpr,
-          BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
-          HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr, MASKED: gl.constexpr,
-          IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
+          BLOCK_D: gl.constexpr, BLOCK_DV: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr,
+          MASKED: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
     """Key tile `it` (at start_n): S_it = Q K_itᵀ and O += P_{it-1} V_{it-1} in flight together, the
     softmax of S_it under the PV matmul, then O rescaled and stage it-1 handed back."""
-    s_layout: gl.constexpr = wgmma_layout(BLOCK_N, q_tile.dtype.primitive_bitwidth)
     stage = it % STAGES
     prev = (it - 1) % STAGES
     mbarrier.wait(sm.k_ready.index(stage), ready_phase(it, STAGES))
     mbarrier.wait(sm.v_ready.index(prev), ready_phase(it - 1, STAGES))
     _take_turn(sm.turn, turns, WG, PINGPONG)
-    k_t = sm.k.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
-    s_tok = warpgroup_mma(q_tile, k_t, gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
-                          is_async=True)
-    o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, BLOCK_N, BLOCK_D, STAGES, IS_FP8)
+    s_tok = _issue_s(sm, q_part, stage, BLOCK_N, BLOCK_D)
+    o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, BLOCK_N, BLOCK_DV, STAGES, IS_FP8)
     _pass_turn(sm.turn, WG, PINGPONG)
     s = warpgroup_mma_wait(1, deps=[s_tok])
     mbarrier.arrive(sm.kv_empty.index(stage), count=1)
     p_next, alpha, m_i, l_i = _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left,
                                      window_right, softcap_in2, softcap_out, alibi_slope, lists, visit, mod,
-                                     q_tile.dtype, BLOCK_N,
-                                     BLOCK_D, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, IS_FP8, P_SHIFT)
+                                     sm.q.dtype, BLOCK_N,
+                                     BLOCK_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, IS_FP8, P_SHIFT)
     p_next = _keep_p(p_next, p_smem, it, IS_FP8)
     acc, p = _wait_pv(o_tok, p, IS_FP8)
     mbarrier.arrive(sm.kv_empty.index(STAGES + prev), count=1)
@@ -463,33 +501,31 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm: FwdSmem, p_smem, off
 
 
 @gluon.jit
-def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi,
+def _attend(q_part, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi,
             qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, lists: BlockLists, visit,
             mod: ScoreMod, WG: gl.constexpr,
-            BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-            HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr,
-            IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
+            BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, BLOCK_DV: gl.constexpr, STAGES: gl.constexpr,
+            HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+            PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
     """One consumer's 64 rows of a work item over key tiles [n_lo, n_hi): (acc, m_i, l_i, it, turns).
     `it` (the ring slot) and `turns` (ping-pong turns taken) run on across work items."""
-    bits: gl.constexpr = q_tile.dtype.primitive_bitwidth
+    bits: gl.constexpr = sm.q.dtype.primitive_bitwidth
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N, bits)
     m_i = gl.full([WG_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([WG_M], gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([WG_M, BLOCK_D], gl.float32, wgmma_layout(BLOCK_D, bits))
+    acc = gl.zeros([WG_M, BLOCK_DV], gl.float32, wgmma_layout(BLOCK_DV, bits))
     if n_hi > n_lo:
         # the first tile alone: its S has no PV to overlap with (masked: it may be cut by anything)
         stage = it % STAGES
         mbarrier.wait(sm.k_ready.index(stage), ready_phase(it, STAGES))
         _take_turn(sm.turn, turns, WG, PINGPONG)
-        k_t = sm.k.index(stage).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
-        s_tok = warpgroup_mma(q_tile, k_t, gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
-                              is_async=True)
+        s_tok = _issue_s(sm, q_part, stage, BLOCK_N, BLOCK_D)
         _pass_turn(sm.turn, WG, PINGPONG)
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(sm.kv_empty.index(stage), count=1)
         p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-                                softcap_in2, softcap_out, alibi_slope, lists, visit, mod, q_tile.dtype, BLOCK_N,
-                                BLOCK_D,
+                                softcap_in2, softcap_out, alibi_slope, lists, visit, mod, sm.q.dtype, BLOCK_N,
+                                BLOCK_DV,
                                 HAS_LEFT,
                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, IS_FP8, P_SHIFT)
         p = _keep_p(p, p_smem, it, IS_FP8)
@@ -504,10 +540,10 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         for r in gl.static_range(3):
             if r != 0 or HAS_LEFT or lists.on:  # a block mask's partial blocks come first
                 for start_n in range(bounds[r], bounds[r + 1], BLOCK_N):
-                    acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_tile, sm, p_smem, offs_m,
+                    acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_part, sm, p_smem, offs_m,
                                              seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
                                              softcap_out, alibi_slope, lists, visit, mod, WG, BLOCK_N, BLOCK_D,
-                                             STAGES,
+                                             BLOCK_DV, STAGES,
                                              HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, r != 1, IS_FP8,
                                              P_SHIFT)
                     it += 1
@@ -516,7 +552,7 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         prev = (it - 1) % STAGES
         mbarrier.wait(sm.v_ready.index(prev), ready_phase(it - 1, STAGES))
         _take_turn(sm.turn, turns, WG, PINGPONG)
-        o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, BLOCK_N, BLOCK_D, STAGES, IS_FP8)
+        o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, BLOCK_N, BLOCK_DV, STAGES, IS_FP8)
         _pass_turn(sm.turn, WG, PINGPONG)
         acc, p = _wait_pv(o_tok, p, IS_FP8)
         mbarrier.arrive(sm.kv_empty.index(STAGES + prev), count=1)
@@ -528,19 +564,20 @@ def _attend(q_tile, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
 def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale,
               Sink, stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid: WorkGrid, lists: BlockLists,
               mod: ScoreMod, qk_scale, softcap_in2,
-              softcap_out, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-              HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-              REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, SEPARATE_O: gl.constexpr,
-              LAZY_O_WAIT: gl.constexpr):
+              softcap_out, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, BLOCK_DV: gl.constexpr, STAGES: gl.constexpr,
+              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
+              HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr, IS_FP8: gl.constexpr,
+              SEPARATE_O: gl.constexpr, LAZY_O_WAIT: gl.constexpr):
     bits: gl.constexpr = sm.q.dtype.primitive_bitwidth
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N, bits)
-    o_layout: gl.constexpr = wgmma_layout(BLOCK_D, bits)
+    o_layout: gl.constexpr = wgmma_layout(BLOCK_DV, bits)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = Out.dtype.element_ty
     # FP8's P carries 2**8 (softmax.online_softmax_update)
     P_SHIFT: gl.constexpr = 8.0 if IS_FP8 else 0.0
     Q_STAGES: gl.constexpr = sm.q_bar.shape[0]
-    CONSUMERS: gl.constexpr = sm.q.shape[0] // Q_STAGES
+    QK_CHUNKS: gl.constexpr = sm.k.shape[0] // STAGES
+    CONSUMERS: gl.constexpr = sm.q.shape[0] // (Q_STAGES * QK_CHUNKS)
     it = 0
     turns = 0
     done = 0
@@ -562,13 +599,12 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
             offs_m = row0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
             qs = done % Q_STAGES
             q_part = qs * CONSUMERS + WG
-            q_tile = sm.q.index(q_part).reshape([WG_M, BLOCK_D])
             mbarrier.wait(sm.q_bar.index(qs), ready_phase(done, Q_STAGES))
-            acc, m_i, l_i, it, turns = _attend(q_tile, sm, p_smem, it, turns, offs_m, n_rows, n_keys, n_lo, n_full_lo,
+            acc, m_i, l_i, it, turns = _attend(q_part, sm, p_smem, it, turns, offs_m, n_rows, n_keys, n_lo, n_full_lo,
                                                n_full_hi, n_hi, tile_scale, grid.window_left, grid.window_right,
                                                tile_softcap_in2, softcap_out, alibi_slope, lists, visit,
                                                mod.at(off_b, off_h), WG, BLOCK_N,
-                                               BLOCK_D, STAGES,
+                                               BLOCK_D, BLOCK_DV, STAGES,
                                                HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, IS_FP8, P_SHIFT)
             if SEPARATE_O:
                 # every S of this item retired inside _attend: the producer may load the next item's Q now
@@ -583,15 +619,16 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
             rows = row0 + gl.arange(0, WG_M, layout=row_o)
             lse_base = Lse + off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_start
             gl.store(lse_base + rows, lse, mask=rows < n_rows)
-            if IS_VARLEN or IS_FP8:
-                # packed rows end at each sequence; FP8's bf16 O does not fit its e4m3 Q stage
-                cols = gl.arange(0, BLOCK_D, layout=gl.SliceLayout(0, o_layout))
+            if IS_VARLEN or IS_FP8 or QK_CHUNKS > 1:
+                # packed rows end at each sequence; FP8's bf16 O does not fit its e4m3 Q stage, nor an O of another
+                # width Q's chunks (MLA)
+                cols = gl.arange(0, BLOCK_DV, layout=gl.SliceLayout(0, o_layout))
                 if IS_VARLEN:
                     o_rows = (q_start + rows).to(gl.int64)
                 else:
                     o_rows = off_b.to(gl.int64) * grid.seqlen_q + rows  # dense: O is this plan's contiguous output
                 o_ptrs = Out + off_h.to(gl.int64) * stride_oh + o_rows[:, None] * stride_om + cols[None, :]
-                gl.store(o_ptrs, out.to(dtype), mask=(rows[:, None] < n_rows) & (cols[None, :] < BLOCK_D))
+                gl.store(o_ptrs, out.to(dtype), mask=(rows[:, None] < n_rows) & (cols[None, :] < BLOCK_DV))
             else:
                 # O staged for one TMA store: in this half's Q part (free now that its last S retired), or with
                 # SEPARATE_O in its own buffer, whose last store LAZY_O_WAIT waits for only when it is written again
@@ -601,7 +638,7 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
                     o_stage = sm.q.index(q_part)
                 if LAZY_O_WAIT and SEPARATE_O:
                     tma_store_wait(0)
-                o_stage.reshape([WG_M, BLOCK_D]).store(out.to(dtype))
+                o_stage.reshape([WG_M, BLOCK_DV]).store(out.to(dtype))
                 fence_async_shared()
                 tma_store(o_desc, [off_b, row0, off_h, 0], o_stage)
                 if not (LAZY_O_WAIT and SEPARATE_O):
@@ -626,6 +663,7 @@ def attention_fwd_sm90_kernel(
     KvNum=None, KvIndices=None, PartialIds=None, FullNum=None, FullIndices=None, MaskBits=None, stride_num=None,
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
     MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, mod_scale=1.0,
+    QK_CHUNKS: gl.constexpr = 1,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -640,10 +678,13 @@ def attention_fwd_sm90_kernel(
     BlockLists; stride_num: the counts' (batch, head) strides, stride_idx: the lists' (batch, head, query block)
     ones), partial blocks masked by MaskBits; SPARSE_Q / SPARSE_KV its block sizes. Lse is -inf for rows that see
     no key, as FlexAttention gives. A score_mod (MOD_FN, see ScoreMod; captures: its tensors, mod_scale: the
-    softmax scale, qk_scale then log2(e)) applies to every score before the mask."""
+    softmax scale, qk_scale then log2(e)) applies to every score before the mask. QK_CHUNKS > 1 (a value head dim
+    unlike the query's, MLA's 192/128): q/k_desc hand out 64-column tiles, QK_CHUNKS per row tile, and O leaves
+    through pointer stores."""
     stride_om, stride_oh = stride_o
     stride_lse_b, stride_lse_h = stride_lse
-    BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]  # Q and K tiles' width (a chunk's with QK_CHUNKS > 1)
+    BLOCK_DV: gl.constexpr = _value_width(v_desc.block_type.shape, IS_FP8)
     dtype: gl.constexpr = q_desc.dtype
     num_m = gl.cdiv(seqlen_q, CONSUMERS * WG_M)
     grid = WorkGrid(num_m, num_m * batch * nheads, section, nheads, group, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
@@ -655,15 +696,15 @@ def attention_fwd_sm90_kernel(
                            stride_num[1], stride_idx[0], stride_idx[1], stride_idx[2], SPARSE_Q, SPARSE_KV)
     mod = ScoreMod(MOD_FN, MOD_GRAD, captures, mod_scale)
 
-    q_smem = gl.allocate_shared_memory(dtype, [Q_STAGES * CONSUMERS, 1, WG_M, 1, BLOCK_D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [Q_STAGES * CONSUMERS * QK_CHUNKS, 1, WG_M, 1, BLOCK_D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES * QK_CHUNKS, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
     if IS_FP8:
         # V^T tiles: v_desc is over (batch, heads, head_dim, keys); P: two buffers per consumer
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_D, BLOCK_N], v_desc.layout)
         p_smem0 = gl.allocate_shared_memory(dtype, [2, WG_M, BLOCK_N], _p_smem_layout(BLOCK_N))
         p_smem1 = gl.allocate_shared_memory(dtype, [2, WG_M, BLOCK_N], _p_smem_layout(BLOCK_N))
     else:
-        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, BLOCK_DV], v_desc.layout)
         p_smem0 = q_smem  # unused
         p_smem1 = q_smem
     q_bar = gl.allocate_shared_memory(gl.int64, [Q_STAGES, 1], mbarrier.MBarrierLayout())
@@ -683,8 +724,8 @@ def attention_fwd_sm90_kernel(
         mbarrier.init(kv_empty.index(i), count=CONSUMERS)
         mbarrier.init(kv_empty.index(STAGES + i), count=CONSUMERS)
 
-    if SEPARATE_O and not (IS_VARLEN or IS_FP8):  # the others store O from registers
-        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, WG_M, 1, BLOCK_D], o_desc.layout)
+    if SEPARATE_O and not (IS_VARLEN or IS_FP8 or QK_CHUNKS > 1):  # the others store O from registers
+        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, WG_M, 1, BLOCK_DV], o_desc.layout)
     else:
         o_smem = q_smem
     sm = FwdSmem(q_smem, k_smem, v_smem, o_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn)
@@ -696,15 +737,15 @@ def attention_fwd_sm90_kernel(
                          REVERSE_M, IS_FP8)),
             (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
-                         softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
+                         softcap_out, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
-                         softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
+                         softcap_out, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (2, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
-                         softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
+                         softcap_out, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
         ], [4, 4, 4], [CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3])
     else:
@@ -713,11 +754,11 @@ def attention_fwd_sm90_kernel(
                          REVERSE_M, IS_FP8)),
             (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
-                         softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
+                         softcap_out, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
             (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
-                         softcap_out, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
+                         softcap_out, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
         ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
@@ -739,6 +780,11 @@ def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnO
     if k.numel() == 0:
         return "no keys (a descriptor needs a non-empty tensor)"
     dropout = opts.dropout_p > 0.0 or return_probs
+    if v.shape[-1] != q.shape[-1]:  # MLA: Q and K in 64-column tiles, V and O at their own head dim
+        if (q.shape[-1], v.shape[-1]) not in CONFIGS_MLA:
+            return (f"a value head dim unlike the query's: {q.shape[-1]}/{v.shape[-1]} (the Gluon kernel has "
+                    f"{sorted(CONFIGS_MLA)})")
+        return sm90_declines(q, [q.shape[-1]], "kernel", dropout, k, v, unlike_v=True)
     if q.dtype == torch.float8_e4m3fn:
         if opts.varlen:
             # a sequence's keys start anywhere in the packed V^T rows: on the H100 the TMA loads from such
@@ -759,7 +805,9 @@ class Sm90ForwardPlan:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
         varlen = opts.varlen
         self.fp8 = fp8 = q.dtype == torch.float8_e4m3fn
-        tuning = {**default_tuning(head_dim, fp8, opts), **(tuning or {})}
+        head_dim_v = v.shape[-1]
+        qk_chunks = head_dim // MLA_CHUNK if head_dim_v != head_dim else 1
+        tuning = {**default_tuning(head_dim, fp8, opts, head_dim_v), **(tuning or {})}
         block_n, consumers = tuning["BLOCK_N"], tuning["CONSUMERS"]
         if consumers == 3 and (fp8 or tuning["PINGPONG"]):
             raise ValueError("CONSUMERS=3 takes neither FP8 nor ping-pong (PINGPONG)")
@@ -788,13 +836,20 @@ class Sm90ForwardPlan:
             self.schedule = torch.from_numpy(schedule_items(costs, num_tiles)).to(q.device)
         self.backward_plans: dict = {}
         # FP8 attention writes bf16, as FlashAttention-3's does
-        self.dtype, self.device, self.out_shape = torch.bfloat16 if fp8 else q.dtype, q.device, q.shape
+        self.dtype, self.device, self.out_shape = torch.bfloat16 if fp8 else q.dtype, q.device, (*q.shape[:-1],
+                                                                                                  head_dim_v)
         self.lse_shape = (nheads, q.shape[0]) if varlen else (batch, nheads, seqlen_q)
         self.empty = q.numel() == 0 or batch * seqlen_q == 0
-        self.q_block, self.kv_block = [1, 64, 1, head_dim], [1, block_n, 1, head_dim]
+        qk_width = head_dim // qk_chunks  # Q and K tiles' columns (MLA: 64-column chunks)
+        self.q_block, self.kv_block = [1, 64, 1, qk_width], [1, block_n, 1, qk_width]
         self.q_layout = shared_layout(self.q_block, q.dtype)
         self.kv_layout = shared_layout(self.kv_block, q.dtype)
         self.v_block, self.v_layout = self.kv_block, self.kv_layout
+        self.mla = qk_chunks > 1  # O leaves through pointer stores
+        if self.mla:
+            self.v_block = [1, block_n, 1, head_dim_v]
+            self.v_layout = shared_layout(self.v_block, q.dtype)
+            tuning["QK_CHUNKS"] = qk_chunks
         if fp8:
             if block_n % RELABEL_KEYS:
                 raise ValueError(f"FP8 key tiles hold whole groups of {RELABEL_KEYS} relabelled keys: "
@@ -822,6 +877,8 @@ class Sm90ForwardPlan:
             vt = v_keys_last(v, multiple=RELABEL_KEYS, relabel=True)
             v_desc = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), self.v_block, self.v_layout)
             o_desc = None  # bf16 O leaves through pointer stores
+        elif self.mla:
+            v_desc, o_desc = descriptor(v, self.v_block, self.v_layout), None  # pointer stores
         else:
             v_desc = descriptor(v, self.v_block, self.v_layout)
             o_desc = descriptor(out, self.q_block, self.q_layout)
@@ -835,15 +892,18 @@ class Sm90ForwardPlan:
 SPARSE_LISTS = ("KvNum", "KvIndices", "PartialIds", "FullNum", "FullIndices", "MaskBits")
 
 
-def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_mod=None, **flags: bool):
+def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_mod=None, head_dim_v: int | None = None,
+                     **flags: bool):
     """Compile one variant of the kernel for sm_90 without a GPU: CI catches a Gluon API change of a new
     Triton release this way. flags: the kernel's constexpr flags (HAS_LEFT, HAS_RIGHT, IS_VARLEN,
     HAS_SOFTCAP, HAS_ALIBI, REVERSE_M; False when left out), CONFIGS' tuning keys, SCHEDULED (a
     persistent causal grid's schedule table), SINK (learnable sinks), THREE_CONSUMERS (CONSUMERS=3) and
     BLOCK_SPARSE (a block mask's lists); score_mod: a score_mod.CompiledMod (with BLOCK_SPARSE). dtype
-    torch.float8_e4m3fn compiles the FP8 variant."""
+    torch.float8_e4m3fn compiles the FP8 variant; head_dim_v (unlike head_dim) the MLA variant of CONFIGS_MLA."""
     fp8 = dtype == torch.float8_e4m3fn
-    constants = dict((CONFIGS_FP8 if fp8 else CONFIGS)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
+    mla = head_dim_v not in (None, head_dim)
+    config = CONFIGS_MLA[(head_dim, head_dim_v)] if mla else (CONFIGS_FP8 if fp8 else CONFIGS)[head_dim]
+    constants = dict(config, HAS_LEFT=False, HAS_RIGHT=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, Schedule=None,
                      Sink=None)
     scheduled = flags.pop("SCHEDULED", False)
@@ -872,7 +932,11 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
         types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
     mod_signature(score_mod, constants, types)
     descriptors = dict(q_desc=64, k_desc=block_n, v_desc=[1, 1, head_dim, block_n] if fp8 else block_n)
-    if fp8:
+    if mla:
+        constants.update(QK_CHUNKS=head_dim // MLA_CHUNK, o_desc=None, QDescale=None, KDescale=None, VDescale=None)
+        descriptors = dict(q_desc=[1, 64, 1, MLA_CHUNK], k_desc=[1, block_n, 1, MLA_CHUNK],
+                           v_desc=[1, block_n, 1, head_dim_v])
+    elif fp8:
         types.update(QDescale="*fp32", KDescale="*fp32", VDescale="*fp32")
         constants["o_desc"] = None
     else:
