@@ -462,7 +462,8 @@ def row_deltas(out: torch.Tensor, dout: torch.Tensor, dq_acc: torch.Tensor | Non
     dqt = ot if dq_acc is None else dq_acc.transpose(1, 2)
     block = 32 if INTERPRET else 64
     bwd_preprocess_kernel[(cdiv(seqlen_q, block), batch * nheads, 1)](
-        ot, dot, delta, delta if dq_acc is None else dq_acc, None, stride_o=ot.stride()[:3], stride_do=dot.stride()[:3],
+        ot, dot, delta, delta if dq_acc is None else dq_acc, None, Lse=None, Sink=None, DSink=None,
+        stride_o=ot.stride()[:3], stride_do=dot.stride()[:3],
         stride_lse=delta.stride()[:2], stride_dq=dqt.stride()[:3], nheads=nheads, seqlen_q=seqlen_q, total_q=0,
         HEAD_DIM=head_dim, BLOCK_D=padded_head_dim(head_dim), BLOCK_M=block, IS_VARLEN=False,
         ZERO_DQ=dq_acc is not None, num_warps=4, num_stages=3)

@@ -932,8 +932,9 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
         types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
     mod_signature(score_mod, constants, types)
     descriptors = dict(q_desc=64, k_desc=block_n, v_desc=[1, 1, head_dim, block_n] if fp8 else block_n)
+    constants["QK_CHUNKS"] = head_dim // MLA_CHUNK if mla else 1  # a compile-only signature types the rest as int
     if mla:
-        constants.update(QK_CHUNKS=head_dim // MLA_CHUNK, o_desc=None, QDescale=None, KDescale=None, VDescale=None)
+        constants.update(o_desc=None, QDescale=None, KDescale=None, VDescale=None)
         descriptors = dict(q_desc=[1, 64, 1, MLA_CHUNK], k_desc=[1, block_n, 1, MLA_CHUNK],
                            v_desc=[1, block_n, 1, head_dim_v])
     elif fp8:
