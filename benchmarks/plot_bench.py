@@ -147,6 +147,16 @@ def _seqlen_axis(ax: Any, seqlens: Sequence[int]) -> None:
         ax.set_xticks(list(seqlens), [seqlen_label(s) for s in seqlens])
 
 
+def _finish(fig: Any, ax: Any, path: str | Path) -> Path:
+    """Legend, layout and the PNG at path (80 dpi) of a bar chart."""
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
 def write_feature_plot(path: str | Path, rows: Sequence[Mapping[str, Any]], device: str) -> Path:
     """Forward and backward ms of each feature-benchmark row, as horizontal bars."""
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
@@ -158,12 +168,7 @@ def write_feature_plot(path: str | Path, rows: Sequence[Mapping[str, Any]], devi
     ax.set_yticks(list(ys), labels, fontsize=8)
     ax.set_xlabel("ms (lower is better)")
     ax.set_title(f"flashattn2 feature costs, {device}")
-    ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path)
 
 
 def write_bandwidth_plot(path: str | Path, rows: Sequence[Mapping[str, Any]], device: str) -> Path:
@@ -176,12 +181,7 @@ def write_bandwidth_plot(path: str | Path, rows: Sequence[Mapping[str, Any]], de
     ax.axvline(0.8, color="gray", linestyle="--", label="target: 0.8 of copy")
     ax.set_xlabel("bytes read / time, fraction of the device-to-device copy (higher is better)")
     ax.set_title(f"flashattn2 latent-cache decoding, {device}")
-    ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path)
 
 
 def plot_file(json_path: str | Path) -> Path | None:
