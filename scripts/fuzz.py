@@ -8,7 +8,9 @@ valid: flash_attn_func and flash_attn_varlen_func (forward and backward) over dt
 attention sinks and value head dims unlike the query's; flash_attn_with_kvcache over dense and paged caches (any
 page size) with per-sequence lengths, appended keys, rotary and split-KV; flash_attn_combine of key parts; FP8
 inputs; and flex_attention over a family of mask_mods, with and without a score_mod. invalid: wrong dtypes, ranks,
-shapes, head counts, windows, dropout, softcap, scales and cu_seqlens; each must raise TypeError, ValueError or
+shapes, head counts, windows, dropout, softcap, scales and cu_seqlens, and (flash_attn_with_kvcache,
+flash_attn_combine) cache lengths, block tables, page sizes, latent caches, rotary tables, sinks and partials;
+each must raise TypeError, ValueError or
 NotImplementedError (never another error, a crash or a silent answer). Every failure prints a one-line
 reproducer (`--only N` reruns case N of a seed).
 """
@@ -380,6 +382,69 @@ def _invalid_case(rng: random.Random) -> tuple[str, callable]:
     return f"invalid {kind}", run
 
 
+def _invalid_inference_case(rng: random.Random) -> tuple[str, callable]:
+    """One bad argument on an otherwise valid flash_attn_with_kvcache (dense, paged or a latent cache) or
+    flash_attn_combine call."""
+    kind = rng.choice(("kv_seqlens_dtype", "kv_seqlens_len", "kv_table_dtype", "kv_page_size", "kv_v_wider",
+                       "kv_latent_append", "kv_latent_dim", "kv_latent_fp8", "kv_rotary_shape", "kv_sink_shape",
+                       "kv_heads", "combine_rank", "combine_lse", "combine_dtype"))
+
+    def run():
+        dt = torch.bfloat16
+        if kind.startswith("combine"):
+            out_p = torch.randn(3, 1, 4, 2, 32, device=DEVICE)
+            lse_p = torch.randn(3, 1, 4, 2, device=DEVICE)
+            if kind == "combine_rank":
+                out_p = out_p[0]
+            elif kind == "combine_lse":
+                lse_p = lse_p[:, :, :3]
+            else:
+                out_p = out_p.to(torch.float64)
+            return flashattn2.flash_attn_combine(out_p, lse_p)
+        latent = kind.startswith("kv_latent")
+        d, dv = (576, 512) if latent else (64, 64)
+        q = torch.randn(2, 1, 4, d, device=DEVICE, dtype=dt)
+        k_cache = torch.randn(2, 64, 1 if latent else 2, d, device=DEVICE, dtype=dt)
+        v_cache = k_cache[..., :dv] if latent else torch.randn_like(k_cache)
+        seqlens = torch.tensor([10, 40], device=DEVICE, dtype=torch.int32)
+        kwargs = dict(cache_seqlens=seqlens)
+        if kind == "kv_seqlens_dtype":
+            kwargs["cache_seqlens"] = seqlens.long()
+        elif kind == "kv_seqlens_len":
+            kwargs["cache_seqlens"] = seqlens[:1]
+        elif kind in ("kv_table_dtype", "kv_page_size"):
+            k_cache, v_cache = (torch.randn(8, 16, 2, d, device=DEVICE, dtype=dt) for _ in range(2))
+            table = torch.arange(8, device=DEVICE, dtype=torch.int32).view(2, 4)
+            if kind == "kv_table_dtype":
+                table = table.long()
+            else:
+                v_cache = torch.randn(16, 8, 2, d, device=DEVICE, dtype=dt)
+            kwargs["block_table"] = table
+        elif kind == "kv_v_wider":
+            v_cache = torch.randn(2, 64, 2, 2 * d, device=DEVICE, dtype=dt)
+        elif kind == "kv_latent_append":
+            kwargs.update(k=torch.randn(2, 1, 1, d, device=DEVICE, dtype=dt),
+                          v=torch.randn(2, 1, 1, dv, device=DEVICE, dtype=dt))
+        elif kind == "kv_latent_dim":
+            q, k_cache = q[..., :520], torch.randn(2, 64, 1, 520, device=DEVICE, dtype=dt)
+            v_cache = k_cache[..., :512]
+        elif kind == "kv_latent_fp8":
+            q, k_cache = q.to(torch.float8_e4m3fn), k_cache.to(torch.float8_e4m3fn)
+            v_cache = k_cache[..., :dv]
+        elif kind == "kv_rotary_shape":
+            kwargs.update(k=torch.randn(2, 1, 2, d, device=DEVICE, dtype=dt), v=torch.randn(2, 1, 2, d, device=DEVICE,
+                                                                                           dtype=dt),
+                          rotary_cos=torch.randn(64, 7, device=DEVICE, dtype=dt),
+                          rotary_sin=torch.randn(64, 7, device=DEVICE, dtype=dt))
+        elif kind == "kv_sink_shape":
+            kwargs["learnable_sink"] = torch.zeros(3, device=DEVICE)
+        elif kind == "kv_heads":
+            k_cache, v_cache = (torch.randn(2, 64, 3, d, device=DEVICE, dtype=dt) for _ in range(2))
+        return flashattn2.flash_attn_with_kvcache(q, k_cache, v_cache, **kwargs)
+
+    return f"invalid {kind}", run
+
+
 def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None = None,
               verbose: bool = False, time_limit: float | None = None, progress: int = 0, pool: int | None = None,
               shard: tuple[int, int] = (0, 1), first: int = 0) -> tuple[list[str], int]:
@@ -404,6 +469,10 @@ def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None =
             rng = random.Random(f"{seed}-template-{lrng.randrange(pool)}")
         if mode == "invalid":
             desc, run = _invalid_case(rng)
+            # the inference entry points, from a generator of their own: every earlier case keeps its draws
+            family = random.Random(f"{seed}-{i}-family")
+            if family.random() < 0.3:
+                desc, run = _invalid_inference_case(family)
         else:
             make = rng.choice((_dense_case, _dense_case, _varlen_case, _kvcache_case, _flex_case))
             # the later families, from a generator of their own: every earlier case keeps its draws
