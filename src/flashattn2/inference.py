@@ -21,7 +21,7 @@ from .checks import (
 from .kernels.launch import PlanCache
 from .kernels.params import AttnOptions
 from .kernels.portable import combine as combine_kernels
-from .kernels.portable.kvcache import kvcache_attention
+from .kernels.portable.kvcache import kvcache_attention, v_is_k_view
 from .ops import device_guard, is_traced
 from .rotary import rotate
 
@@ -231,7 +231,7 @@ def _seen_key(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
     if type(window_size) is not tuple:
         return None
     # a value cache that is a view of the key cache's channels is read from the key tile (one latent cache)
-    shared = k_cache.data_ptr() == v_cache.data_ptr()
+    shared = v_is_k_view(k_cache, v_cache)
     return (*key, shared, softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits)
 
 

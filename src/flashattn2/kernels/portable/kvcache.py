@@ -119,8 +119,8 @@ def kvcache_attention_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     q_rows = Q + off_b64 * stride_qb + (q_start + q_pos).to(tl.int64) * stride_qm + head.to(tl.int64) * stride_qh
     offs_dv = tl.arange(0, BDV)
-    offs_t = tl.arange(0, D_TAIL if D_TAIL > 0 else 16)
     if D_TAIL > 0:
+        offs_t = tl.arange(0, D_TAIL)
         q = tl.load(q_rows[:, None] + offs_dv[None, :], mask=row_mask(row_ok, offs_dv, DV, BDV), other=0.0)
         q_t = tl.load(q_rows[:, None] + DV + offs_t[None, :], mask=row_mask(row_ok, offs_t, HEAD_DIM - DV, D_TAIL),
                       other=0.0)
