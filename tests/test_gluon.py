@@ -50,6 +50,10 @@ VARIANTS = [
     # a value head dim unlike the query's (MLA 192/128): Q and K in three 64-column tiles, O by pointer stores
     (192, torch.bfloat16, {"head_dim_v=128": True}),
     (192, torch.float16, {"head_dim_v=128": True, "HAS_RIGHT": True, "REVERSE_M": True, "IS_VARLEN": True}),
+    # and its backward: 64-key items, Q and K in 64-column tiles of [rows, 256] buffers (_step_mla)
+    (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True}),
+    (192, torch.float16, {"BWD": True, "head_dim_v=128": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
+    (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "FUSED_DQ=0": True}),
     # head dim 256: 64-key programs, the warpgroups split the head dim (SPLIT_D)
     (256, torch.bfloat16, {"BWD": True}),
     (256, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
@@ -283,8 +287,8 @@ def test_schedule_gives_every_item_once_and_balances_the_programs():
 
 
 def test_auto_backward_per_head_dim_length_and_determinism():
-    # host-side, so it runs anywhere: the Gluon backward at head dims 64, 128 and 256 (H100 A/B in
-    # benchmarks/NOTES.md), except causal calls shorter than AUTO_CAUSAL_MIN_ROWS query rows and deterministic
+    # host-side, so it runs anywhere: the Gluon backward at head dims 64, 128 and 256 and MLA's 192/128 (H100 A/B
+    # in benchmarks/NOTES.md), except causal calls shorter than AUTO_CAUSAL_MIN_ROWS query rows and deterministic
     # calls below head dim 256
     from flashattn2.kernels.params import AttnOptions
     from flashattn2.kernels.sm90.backward import AUTO_CAUSAL_MIN_ROWS, auto_declines
@@ -305,6 +309,9 @@ def test_auto_backward_per_head_dim_length_and_determinism():
     deterministic = AttnOptions(softmax_scale=1.0, deterministic=True)
     assert "deterministic" in auto_declines(torch.empty(1, 4096, 1, 128), deterministic)
     assert auto_declines(torch.empty(1, 4096, 1, 256), deterministic) is None  # 1.2-1.3x Triton at 256
+    # MLA's 192/128: the Gluon backward, causal from 2k rows measured; deterministic MLA calls stay on Triton
+    assert auto_declines(torch.empty(1, 2048, 1, 192), causal) is None
+    assert "deterministic" in auto_declines(torch.empty(1, 2048, 1, 192), deterministic)
 
 
 hopper = pytest.mark.skipif(not (ON_GPU and torch.cuda.get_device_capability() == (9, 0)),

@@ -72,16 +72,15 @@ def test_varlen_unlike_value_head_dim_with_a_sink():
             assert_close_to_ref(name, g, r, p, BWD_FACTOR)
 
 
-def test_the_hopper_backward_declines_and_errors_name_the_problem():
+def test_the_hopper_kernels_take_192_128_only_and_errors_name_the_problem():
     q, k = (randn(1, 64, 2, 192, dtype=torch.bfloat16) for _ in range(2))
     v = randn(1, 64, 2, 128, dtype=torch.bfloat16)
     opts = AttnOptions(softmax_scale=192 ** -0.5)
-    backend, why = backward_backend(v, q, k, v, opts)
-    assert backend == "triton" and why is not None
-    backend, why = forward_backend(q, k, v, opts)  # the Gluon forward takes 192/128 (on Hopper, where chosen)
-    assert (backend == "gluon-sm90") == (why is None)
-    v96 = randn(1, 64, 2, 96, dtype=torch.bfloat16)
-    assert forward_backend(q, k, v96, opts)[0] == "triton"
+    for choose in (lambda v: forward_backend(q, k, v, opts), lambda v: backward_backend(v, q, k, v, opts)):
+        backend, why = choose(v)  # 192/128: the Gluon kernels (on Hopper, where chosen)
+        assert (backend == "gluon-sm90") == (why is None)
+        backend, why = choose(randn(1, 64, 2, 96, dtype=torch.bfloat16))  # other pairs: the portable kernels
+        assert backend == "triton" and why is not None
     with pytest.raises(ValueError, match="head dims differ"):
         flashattn2.flash_attn_func(q, randn(1, 64, 2, 128, dtype=torch.bfloat16), v)
     with pytest.raises(ValueError, match="v's head dim"):
@@ -91,21 +90,26 @@ def test_the_hopper_backward_declines_and_errors_name_the_problem():
 @pytest.mark.gpu
 @pytest.mark.skipif(not (DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)),
                     reason="needs an sm_90 GPU (the Gluon forward)")
-@pytest.mark.parametrize("causal,varlen", [(False, False), (True, False), (True, True)])
-def test_gluon_forward_unlike_value_head_dim(causal, varlen):
-    # the Hopper forward at 192/128 (Q and K in 64-column tiles): cut query and key tiles, GQA, packed sequences;
-    # the backward (portable kernels) follows its output and lse
+@pytest.mark.parametrize("causal,varlen,deterministic,long", [(False, False, False, False), (True, False, False, False),
+                                                              (True, True, False, False), (True, False, True, False),
+                                                              (True, False, False, True)])
+def test_gluon_unlike_value_head_dim(causal, varlen, deterministic, long):
+    # the Hopper forward and backward at 192/128 (Q and K in 64-column tiles): cut query and key tiles, GQA, packed
+    # sequences, the deterministic backward (dK/dV kernel, dQ from the Triton kernel); long: more work items than
+    # SMs, so that programs of the persistent grids take several
     torch.manual_seed(3)
     flashattn2.set_backend("gluon")
     try:
-        heads, heads_k = 4, 2
+        heads, heads_k = (16, 8) if long else (4, 2)
         if varlen:
             lens = [200, 0, 333]
             cu = torch.tensor([0] + lens, device=DEVICE).cumsum(0).to(torch.int32)
             q, k = (randn(sum(lens), h, 192, dtype=torch.bfloat16, requires_grad=True) for h in (heads, heads_k))
             v = randn(sum(lens), heads_k, 128, dtype=torch.bfloat16, requires_grad=True)
-            assert forward_backend(q, k, v, AttnOptions(softmax_scale=192 ** -0.5, cu_seqlens_q=cu, cu_seqlens_k=cu,
-                                                        max_seqlen_q=333, max_seqlen_k=333))[0] == "gluon-sm90"
+            packed = AttnOptions(softmax_scale=192 ** -0.5, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=333,
+                                 max_seqlen_k=333)
+            assert forward_backend(q, k, v, packed)[0] == "gluon-sm90"
+            assert backward_backend(v, q, k, v, packed)[0] == "gluon-sm90"
             out = flashattn2.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=causal)
             dout = randn(*out.shape, dtype=out.dtype)
             out.backward(dout)
@@ -117,12 +121,15 @@ def test_gluon_forward_unlike_value_head_dim(causal, varlen):
                 for name, g, r, p in zip(("dq", "dk", "dv"), mine, ref_grads, pt_grads, strict=True):
                     assert_close_to_ref(name, g, r, p, BWD_FACTOR)
             return
-        batch, seqlen_q, seqlen_k = 2, 300, 450
+        batch, seqlen_q, seqlen_k = (1, 2048, 2100) if long else (2, 300, 450)
         q = randn(batch, seqlen_q, heads, 192, dtype=torch.bfloat16, requires_grad=True)
         k = randn(batch, seqlen_k, heads_k, 192, dtype=torch.bfloat16, requires_grad=True)
         v = randn(batch, seqlen_k, heads_k, 128, dtype=torch.bfloat16, requires_grad=True)
-        assert forward_backend(q, k, v, AttnOptions(softmax_scale=192 ** -0.5))[0] == "gluon-sm90"
-        out, lse, _ = flashattn2.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+        opts = AttnOptions(softmax_scale=192 ** -0.5, deterministic=deterministic)
+        assert forward_backend(q, k, v, opts)[0] == "gluon-sm90"
+        assert backward_backend(randn(*q.shape[:3], 128, dtype=v.dtype), q, k, v, opts)[0] == "gluon-sm90"
+        out, lse, _ = flashattn2.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True,
+                                                 deterministic=deterministic)
         dout = randn(*out.shape, dtype=out.dtype)
         out.backward(dout)
         ref, ref_lse, ref_grads = reference_with_grads(q, k, v, dout, causal=causal)

@@ -77,6 +77,11 @@ CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, SPLIT_D=False, **_DKDV),
                 256: dict(BLOCK_M=64, STAGES=2, SPLIT_D=True, **_DKDV)}
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(240)
+# a value head dim unlike the query's (MLA's 192/128, _step_mla): 64-key items as SPLIT_D's, Q and K as three
+# 64-column buffers each, two Q/dO stages (shared memory: K 24 KB, V 16, Q 48, dO 32, P and dS 32, dQ 48)
+CONFIGS_MLA = {(192, 128): dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False,
+                                COALESCED_DKV=False, L2_SECTIONS=0)}
+MLA_QK_DIM, MLA_CHUNK = gl.constexpr(192), gl.constexpr(64)
 
 
 @aggregate
@@ -171,6 +176,8 @@ def _producer(q_desc, k_desc, v_desc, do_desc, sm: BwdSmem, Lse, Delta, stride_l
               lists: BlockLists, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
     KV_TILES: gl.constexpr = BLOCK_N // WG_M
+    # MLA: Q and K as QK_CHUNKS 64-column tiles, a buffer each (_step_mla)
+    QK_CHUNKS: gl.constexpr = sm.q.shape[0] // STAGES
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     it = 0  # Q/dO ring slot, counted across work items
     done = 0  # work items loaded, for the K/V barriers' phases
@@ -181,9 +188,11 @@ def _producer(q_desc, k_desc, v_desc, do_desc, sm: BwdSmem, Lse, Delta, stride_l
             tma_b = tma_batch(off_b, IS_VARLEN)
             # the consumers free K and V after their last matmul of the previous work item
             mbarrier.wait(sm.kv_empty, free_phase(done, 1))
-            mbarrier.expect(sm.kv_bar, KV_TILES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes))
+            mbarrier.expect(sm.kv_bar, KV_TILES * (QK_CHUNKS * k_desc.block_type.nbytes + v_desc.block_type.nbytes))
             for t in gl.static_range(KV_TILES):
-                tma_load(k_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, 0], sm.kv_bar, sm.k.index(t))
+                for c in gl.static_range(QK_CHUNKS):
+                    tma_load(k_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, c * MLA_CHUNK], sm.kv_bar,
+                             sm.k.index(t * QK_CHUNKS + c))
                 tma_load(v_desc, [tma_b, k_row0 + start_n + t * WG_M, off_hk, 0], sm.kv_bar, sm.v.index(t))
             for g in range(0, grid.group):
                 off_h = off_hk * grid.group + g
@@ -196,8 +205,10 @@ def _producer(q_desc, k_desc, v_desc, do_desc, sm: BwdSmem, Lse, Delta, stride_l
                         row_m = lists.tile_start(visit, start_m // BLOCK_M, BLOCK_M)
                     stage = it % STAGES
                     mbarrier.wait(sm.empty.index(stage), free_phase(it, STAGES))
-                    mbarrier.expect(sm.q_ready.index(stage), q_desc.block_type.nbytes)
-                    tma_load(q_desc, [tma_b, q_row0 + row_m, off_h, 0], sm.q_ready.index(stage), sm.q.index(stage))
+                    mbarrier.expect(sm.q_ready.index(stage), QK_CHUNKS * q_desc.block_type.nbytes)
+                    for c in gl.static_range(QK_CHUNKS):
+                        tma_load(q_desc, [tma_b, q_row0 + row_m, off_h, c * MLA_CHUNK], sm.q_ready.index(stage),
+                                 sm.q.index(stage * QK_CHUNKS + c))
                     mbarrier.expect(sm.do_ready.index(stage), do_desc.block_type.nbytes)
                     tma_load(do_desc, [tma_b, q_row0 + row_m, off_h, 0], sm.do_ready.index(stage),
                              sm.do.index(stage))
@@ -401,14 +412,120 @@ def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_
     return dk, dv
 
 
+@gluon.constexpr_function
+def mla_split(WG, what):
+    """Warpgroup WG's share of a 192/128 step in 64-column chunks, 6.5 of its 13 64x64x64 units each (Sᵀ and dPᵀ
+    for half the rows: 2.5): warpgroup 0 dK chunk 0, dV's 128 columns and dQ chunk 0; warpgroup 1 dK chunks 1 and
+    2, dQ chunks 1 and 2. "a", "b": the chunk of dK in the first and second accumulator (-1: dV); "dq": dQ's."""
+    return {"a": (0, 1), "b": (-1, 2), "dq": ((0,), (1, 2))}[what][WG]
+
+
+@gluon.jit
+def _step_mla(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q,
+              seqlen_k, window_left, window_right, alibi_slope, lists: BlockLists, visit, mod: ScoreMod,
+              WG: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+              HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr,
+              FUSED_DQ: gl.constexpr):
+    """_step_cols at MLA's 192/128: the program's 64 keys, each warpgroup Pᵀ and dSᵀ for half of the query rows
+    (shared through shared memory), Sᵀ over Q's and K's three 64-column buffers, then the warpgroup's chunks by
+    mla_split: dk and dv are its two accumulators (dK chunk "a"; dV or dK chunk "b")."""
+    HALF_M: gl.constexpr = BLOCK_M // 2
+    CH: gl.constexpr = MLA_QK_DIM // MLA_CHUNK
+    s_layout: gl.constexpr = wgmma_layout(HALF_M)
+    dyn = it >> 30  # as in _step_cols: no hoisted (spilled) wgmma descriptors
+    stage = it % STAGES + dyn
+    phase = ready_phase(it, STAGES)
+    buf = it % 2 + dyn
+    buf_phase = ready_phase(it, 2)
+    v_tile = sm.v.index(dyn).reshape([WG_M, sm.v.shape[4]])
+    do_tile = sm.do.index(stage).reshape([BLOCK_M, sm.do.shape[4]])
+    mbarrier.wait(sm.q_ready.index(stage), phase)
+    st_tok = gl.zeros([WG_M, HALF_M], gl.float32, s_layout)
+    for c in gl.static_range(CH):
+        q_rows = sm.q.index(stage * CH + c).reshape([BLOCK_M, MLA_CHUNK]).slice(WG * HALF_M, HALF_M, dim=0)
+        st_tok = warpgroup_mma(sm.k.index(c + dyn).reshape([WG_M, MLA_CHUNK]), q_rows.permute([1, 0]), st_tok,
+                               use_acc=c > 0, is_async=True)
+    mbarrier.wait(sm.do_ready.index(stage), phase)
+    dpt_tok = warpgroup_mma(v_tile, do_tile.slice(WG * HALF_M, HALF_M, dim=0).permute([1, 0]),
+                            gl.zeros([WG_M, HALF_M], gl.float32, s_layout), use_acc=False, is_async=True)
+    tile = start_m // BLOCK_M  # a visit tile with a block mask
+    if lists.on:
+        start_m = lists.tile_start(visit, tile, BLOCK_M)
+    offs_m = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(0, s_layout))
+    st = warpgroup_mma_wait(1, deps=[st_tok])
+    raw = st
+    st = mod.scores(st, offs_m[None, :], offs_n[:, None])
+    if lists.on and MASKED:
+        st = lists.mask(st, visit, tile, offs_n, BLOCK_M, WG * HALF_M)
+    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
+                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
+    lse = sm.lse.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
+    pt = gl.exp2(st * scale_log2 - lse[None, :])
+    sm.p.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(pt.to(do_tile.dtype), [1, 0]))
+    fence_async_shared()
+    mbarrier.arrive(sm.p_ready.index(buf), count=1)  # only warpgroup 0 (dV) waits for it
+    delta = sm.delta.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
+    dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
+    dst = pt * (dpt - delta[None, :])
+    if HAS_SOFTCAP:
+        dst = dst * (1.0 - tanht * tanht)
+    if mod.on:
+        dst = dst * mod.derivative(raw, offs_m[None, :], offs_n[:, None])
+    sm.ds.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(dst.to(do_tile.dtype), [1, 0]))
+    fence_async_shared()
+    mbarrier.arrive(sm.ds_ready.index(buf), count=1)
+    A: gl.constexpr = mla_split(WG, "a")
+    B: gl.constexpr = mla_split(WG, "b")
+    dst_t = sm.ds.index(buf).permute([1, 0])  # [keys, queries]
+    if B < 0:
+        mbarrier.wait(sm.p_ready.index(buf), buf_phase)
+        b_tok = warpgroup_mma(sm.p.index(buf).permute([1, 0]), do_tile, dv, is_async=True)
+        mbarrier.wait(sm.ds_ready.index(buf), buf_phase)
+    else:
+        mbarrier.wait(sm.ds_ready.index(buf), buf_phase)
+        b_tok = warpgroup_mma(dst_t, sm.q.index(stage * CH + B).reshape([BLOCK_M, MLA_CHUNK]), dv, is_async=True)
+    a_tok = warpgroup_mma(dst_t, sm.q.index(stage * CH + A).reshape([BLOCK_M, MLA_CHUNK]), dk, is_async=True)
+    if FUSED_DQ:
+        DQ: gl.constexpr = mla_split(WG, "dq")
+        dq_layout: gl.constexpr = wgmma_layout(MLA_CHUNK)
+        dq0 = warpgroup_mma(sm.ds.index(buf), sm.k.index(DQ[0] + dyn).reshape([WG_M, MLA_CHUNK]),
+                            gl.zeros([BLOCK_M, MLA_CHUNK], gl.float32, dq_layout), use_acc=False, is_async=True)
+        if len(DQ) == 1:
+            dv, dk, dq0 = warpgroup_mma_wait(0, deps=[b_tok, a_tok, dq0])
+            mbarrier.arrive(sm.empty.index(stage), count=1)
+            _dq_add(dq0, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, DQ[0], 0, DQ[0] * MLA_CHUNK)
+        else:
+            dq1 = warpgroup_mma(sm.ds.index(buf), sm.k.index(DQ[1] + dyn).reshape([WG_M, MLA_CHUNK]),
+                                gl.zeros([BLOCK_M, MLA_CHUNK], gl.float32, dq_layout), use_acc=False, is_async=True)
+            dv, dk, dq0, dq1 = warpgroup_mma_wait(0, deps=[b_tok, a_tok, dq0, dq1])
+            mbarrier.arrive(sm.empty.index(stage), count=1)
+            # both chunks staged before either reduce-add: one wait for the buffers, not one per chunk
+            tma_store_wait(0)
+            sm.dq.index(DQ[0]).store(dq0 * sc.softmax_scale)
+            sm.dq.index(DQ[1]).store(dq1 * sc.softmax_scale)
+            fence_async_shared()
+            for j in gl.static_range(2):
+                tma_reduce_add(dq_desc, [tma_b, dq_row0 + start_m, off_h, DQ[j] * MLA_CHUNK],
+                               sm.dq.index(DQ[j]).reshape([1, BLOCK_M, 1, MLA_CHUNK]))
+    else:
+        dv, dk = warpgroup_mma_wait(0, deps=[b_tok, a_tok])
+        mbarrier.arrive(sm.empty.index(stage), count=1)
+    return dk, dv
+
+
 @gluon.jit
 def _tile(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
           window_left, window_right, alibi_slope, lists: BlockLists, visit, mod: ScoreMod, WG: gl.constexpr,
           BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
           STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
           HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr,
-          DQ_ROWS: gl.constexpr):
-    if SPLIT_D:
+          DQ_ROWS: gl.constexpr, MLA: gl.constexpr = False):
+    if MLA:
+        dk, dv = _step_mla(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
+                           window_left, window_right, alibi_slope, lists, visit, mod, WG, BLOCK_M, STAGES, HAS_LEFT,
+                           HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
+    elif SPLIT_D:
         dk, dv = _step_cols(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
                             window_left, window_right, alibi_slope, lists, visit, mod, WG, BLOCK_M, BLOCK_D,
                             STAGES,
@@ -427,20 +544,41 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
               stride_dkn, stride_dkh, stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-              FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr):
+              FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr,
+              MLA: gl.constexpr = False):
     # this warpgroup's block of dK and dV: 64 keys of the program's 128 with the whole head dim, or (SPLIT_D)
-    # the program's 64 keys with half the head dim's columns
-    if SPLIT_D:
+    # the program's 64 keys with half the head dim's columns, or (MLA) mla_split's chunks: `dv` holds dK's chunk
+    # "b" where B_IS_DK
+    B_IS_DK: gl.constexpr = MLA and mla_split(WG, "b") >= 0
+    if MLA:
+        key_off: gl.constexpr = 0
+        col0: gl.constexpr = mla_split(WG, "a") * MLA_CHUNK
+        COLS: gl.constexpr = MLA_CHUNK
+        v_col0: gl.constexpr = mla_split(WG, "b") * MLA_CHUNK if B_IS_DK else 0
+        V_COLS: gl.constexpr = MLA_CHUNK if B_IS_DK else sm.v.shape[4]
+        K_DIM: gl.constexpr = MLA_QK_DIM
+        V_DIM: gl.constexpr = MLA_QK_DIM if B_IS_DK else sm.v.shape[4]
+        s_layout: gl.constexpr = wgmma_layout(BLOCK_M // 2)
+    elif SPLIT_D:
         key_off: gl.constexpr = 0
         col0: gl.constexpr = WG * (BLOCK_D // 2)
         COLS: gl.constexpr = BLOCK_D // 2
+        v_col0: gl.constexpr = col0
+        V_COLS: gl.constexpr = COLS
+        K_DIM: gl.constexpr = BLOCK_D
+        V_DIM: gl.constexpr = BLOCK_D
         s_layout: gl.constexpr = wgmma_layout(BLOCK_M // 2)
     else:
         key_off: gl.constexpr = WG * WG_M
         col0: gl.constexpr = 0
         COLS: gl.constexpr = BLOCK_D
+        v_col0: gl.constexpr = 0
+        V_COLS: gl.constexpr = COLS
+        K_DIM: gl.constexpr = BLOCK_D
+        V_DIM: gl.constexpr = BLOCK_D
         s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
     o_layout: gl.constexpr = wgmma_layout(COLS)
+    ov_layout: gl.constexpr = wgmma_layout(V_COLS)
     it = 0  # Q/dO ring slot, counted across work items as the producer counts it
     done = 0  # work items finished, for the K/V barriers' phases
     for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
@@ -451,7 +589,7 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
             key0 = start_n + key_off
             offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
             dk = gl.zeros([WG_M, COLS], gl.float32, o_layout)
-            dv = gl.zeros([WG_M, COLS], gl.float32, o_layout)
+            dv = gl.zeros([WG_M, V_COLS], gl.float32, ov_layout)
             mbarrier.wait(sm.kv_bar, ready_phase(done, 1))
             for g in range(0, grid.group):
                 off_h = off_hk * grid.group + g
@@ -466,14 +604,17 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
                                        n_keys, grid.window_left, grid.window_right, alibi_slope, lists, bounds[4],
                                        mod.at(off_b, off_h), WG, BLOCK_M, BLOCK_D,
                                        STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D,
-                                       DQ_ROWS)
+                                       DQ_ROWS, MLA)
                         it += 1
             # every matmul of this warpgroup that read K or V has retired (each step waits for its own): the
             # producer may load the next work item's while this one's dK and dV go out
             mbarrier.arrive(sm.kv_empty, count=1)
             # dK = scale * dSᵀ Q: the softmax scale is applied once, here
             dk_out = (dk * sc.softmax_scale).to(dK.dtype.element_ty)
-            dv_out = dv.to(dV.dtype.element_ty)
+            if B_IS_DK:
+                dv_out = (dv * sc.softmax_scale).to(dK.dtype.element_ty)
+            else:
+                dv_out = dv.to(dV.dtype.element_ty)
             if COALESCED_DKV:
                 # through shared memory into 16-byte row pieces: the accumulator layout's 4-byte pieces
                 # write partial sectors
@@ -481,18 +622,26 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
                 out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TPW_N, TPW_N], [4, 1], [1, 0])
                 dk_out = gl.convert_layout(dk_out, out_layout)
                 dv_out = gl.convert_layout(dv_out, out_layout)
+                outv_layout: gl.constexpr = out_layout
             else:
                 out_layout: gl.constexpr = o_layout
+                outv_layout: gl.constexpr = ov_layout
             rows = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, out_layout))
             cols = col0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, out_layout))
-            mask = (rows[:, None] < n_keys) & (cols[None, :] < BLOCK_D)
+            mask = (rows[:, None] < n_keys) & (cols[None, :] < K_DIM)
             rows64 = (k_start + rows).to(gl.int64)[:, None]
             dk_ptrs = (dK + off_b.to(gl.int64) * stride_dkb + off_hk.to(gl.int64) * stride_dkh + rows64 * stride_dkn
                        + cols[None, :])
             gl.store(dk_ptrs, dk_out, mask=mask)
-            dv_ptrs = (dV + off_b.to(gl.int64) * stride_dvb + off_hk.to(gl.int64) * stride_dvh + rows64 * stride_dvn
-                       + cols[None, :])
-            gl.store(dv_ptrs, dv_out, mask=mask)
+            rows_v = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, outv_layout))
+            cols_v = v_col0 + gl.arange(0, V_COLS, layout=gl.SliceLayout(0, outv_layout))
+            if B_IS_DK:
+                dv_ptrs = (dK + off_b.to(gl.int64) * stride_dkb + off_hk.to(gl.int64) * stride_dkh
+                           + (k_start + rows_v).to(gl.int64)[:, None] * stride_dkn + cols_v[None, :])
+            else:
+                dv_ptrs = (dV + off_b.to(gl.int64) * stride_dvb + off_hk.to(gl.int64) * stride_dvh
+                           + (k_start + rows_v).to(gl.int64)[:, None] * stride_dvn + cols_v[None, :])
+            gl.store(dv_ptrs, dv_out, mask=(rows_v[:, None] < n_keys) & (cols_v[None, :] < V_DIM))
             done += 1
     if FUSED_DQ:
         tma_store_wait(0)  # the last reduce-add reads sm.dq until it completes
@@ -509,7 +658,7 @@ def attention_bwd_sm90_kernel(
     SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr,
     QNum=None, QIndices=None, PartialIds=None, FullNum=None, FullIndices=None, MaskBits=None, stride_num=None,
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
-    MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None,
+    MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, MLA: gl.constexpr = False,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
     portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
@@ -523,7 +672,9 @@ def attention_bwd_sm90_kernel(
     Block-sparse mode (QNum given; flex_attention): each key tile visits the query blocks of a BlockMask's q view
     for each query head (BlockLists with BY_KEY), partial blocks masked by MaskBits; arguments as the forward's.
     Lse is FlexAttention's (-inf for rows that see no key). A score_mod (MOD_FN and its derivative MOD_GRAD,
-    captures: its tensors; qk_scale then log2(e)) applies as in the forward, with dS times its derivative."""
+    captures: its tensors; qk_scale then log2(e)) applies as in the forward, with dS times its derivative.
+    MLA (with SPLIT_D): query/key head dim 192, value head dim 128 (_step_mla); q/k_desc and dq_desc hand out
+    64-column tiles, v/do_desc 128-column ones."""
     stride_dkb, stride_dkn, stride_dkh = stride_dk
     stride_dvb, stride_dvn, stride_dvh = stride_dv
     stride_lse_b, stride_lse_h = stride_lse
@@ -539,10 +690,13 @@ def attention_bwd_sm90_kernel(
         lists = BlockLists(QNum, QIndices, PartialIds, FullNum, FullIndices, MaskBits, stride_num[0], stride_num[1],
                            stride_idx[0], stride_idx[1], stride_idx[2], SPARSE_Q, SPARSE_KV, True)
 
-    k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, BLOCK_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, BLOCK_D], v_desc.layout)
-    q_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
-    do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, BLOCK_D], do_desc.layout)
+    # MLA: Q and K in QK_CHUNKS buffers of 64 columns (Gluon's shapes are powers of two), V and dO at 128
+    QK_CHUNKS: gl.constexpr = MLA_QK_DIM // MLA_CHUNK if MLA else 1
+    V_W: gl.constexpr = v_desc.block_type.shape[3]
+    k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M * QK_CHUNKS, 1, WG_M, 1, BLOCK_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, V_W], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES * QK_CHUNKS, 1, BLOCK_M, 1, BLOCK_D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_M, 1, V_W], do_desc.layout)
     if SPLIT_D:
         # P and dS of the tile ([queries, keys], two buffers), shared by the warpgroups
         pds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, WG_M], dtype)
@@ -557,10 +711,11 @@ def attention_bwd_sm90_kernel(
         ds_smem = q_smem
         p_smem = q_smem
     if FUSED_DQ:
-        # each warpgroup's block of the tile's dQ for its reduce-add: half the columns, or (DQ_ROWS) half the rows
+        # each warpgroup's block of the tile's dQ for its reduce-add: half the columns, or (DQ_ROWS) half the rows,
+        # or (MLA) a buffer per 64-column chunk
         DQ_M: gl.constexpr = BLOCK_M // 2 if DQ_ROWS else BLOCK_M
-        DQ_N: gl.constexpr = BLOCK_D if DQ_ROWS else BLOCK_D // 2
-        dq_smem = gl.allocate_shared_memory(gl.float32, [2, DQ_M, DQ_N],
+        DQ_N: gl.constexpr = MLA_CHUNK if MLA else (BLOCK_D if DQ_ROWS else BLOCK_D // 2)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [QK_CHUNKS if MLA else 2, DQ_M, DQ_N],
                                             gl.NVMMASharedLayout.get_default_for([DQ_M, DQ_N], gl.float32))
     else:
         dq_smem = q_smem
@@ -593,10 +748,10 @@ def attention_bwd_sm90_kernel(
                      BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN)),
         (_consumer, (0, sm, sc, grid, lists, mod, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh,
                      stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
-                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
+                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV, MLA)),
         (_consumer, (1, sm, sc, grid, lists, mod, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh,
                      stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
-                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV)),
+                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV, MLA)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(kv_bar)
@@ -617,14 +772,22 @@ def dq_block(tuning: dict, head_dim: int) -> list[int]:
     return [1, tuning["BLOCK_M"], 1, head_dim // 2]
 
 
-def tuning_for(head_dim: int, opts: AttnOptions) -> dict:
-    """The kernel's tuning for a call: deterministic calls take the dK/dV-only kernel and the dQ pass."""
+def tuning_for(head_dim: int, opts: AttnOptions, head_dim_v: int | None = None) -> dict:
+    """The kernel's tuning for a call: deterministic calls take the dK/dV-only kernel and the dQ pass; a value head
+    dim unlike the query's CONFIGS_MLA's entry (without the fused dQ when deterministic)."""
+    if head_dim_v not in (None, head_dim):
+        return dict(CONFIGS_MLA[(head_dim, head_dim_v)], FUSED_DQ=not opts.deterministic)
     return (CONFIGS_DKDV if opts.deterministic else CONFIGS)[head_dim]
 
 
 def can_implement(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   opts: AttnOptions) -> str | None:
     """None when this kernel computes the call's dK and dV, else what keeps them on the Triton kernel."""
+    if v.shape[-1] != q.shape[-1]:  # MLA: _step_mla
+        if (q.shape[-1], v.shape[-1]) not in CONFIGS_MLA:
+            return (f"a value head dim unlike the query's: {q.shape[-1]}/{v.shape[-1]} (the Gluon backward has "
+                    f"{sorted(CONFIGS_MLA)})")
+        return sm90_declines(q, [q.shape[-1]], "backward", opts.dropout_p > 0.0, k, v, dout, unlike_v=2)
     return sm90_declines(q, CONFIGS, "backward", opts.dropout_p > 0.0, k, v, dout)
 
 
@@ -639,15 +802,18 @@ AUTO_CAUSAL_MIN_ROWS = {64: 1024, 128: 1024, 256: 0}
 # deterministic calls (the dK/dV-only kernel with the Triton dQ pass) where that measured faster than the
 # Triton backward: 1.2-1.3x at head dim 256; at 64 0.93-0.96x, at 128 0.95-1.04x (H100)
 AUTO_DETERMINISTIC_HEAD_DIMS = (256,)
+# MLA's 192/128 (CONFIGS_MLA; a query head dim 192 reaches here only with it): one Q stage ran 1.37-1.40x cuDNN's
+# time causal at 2k-16k, where the Triton backward ran 1.91-2.07x (bf16, H100, 2026-11-25)
+AUTO_MLA_QUERY_DIMS = (192,)
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     """Why "auto" keeps a call this kernel can run on the Triton kernels."""
     head_dim = q.shape[-1]
-    if head_dim not in AUTO_HEAD_DIMS:
+    if head_dim not in AUTO_HEAD_DIMS + AUTO_MLA_QUERY_DIMS:
         return f"head dim {head_dim}: not measured faster than the Triton backward (FLASHATTN2_BACKEND=gluon)"
     rows = opts.max_seqlen_q if opts.varlen else q.shape[1]
-    if opts.window_right >= 0 and rows < AUTO_CAUSAL_MIN_ROWS[head_dim]:
+    if opts.window_right >= 0 and rows < AUTO_CAUSAL_MIN_ROWS.get(head_dim, 0):
         return f"a right window edge with {rows} query rows: the Triton backward is faster"
     if opts.deterministic and head_dim not in AUTO_DETERMINISTIC_HEAD_DIMS:
         return "deterministic: the Triton backward is as fast (FLASHATTN2_BACKEND=gluon takes this one)"
@@ -660,16 +826,25 @@ class Sm90Backward:
 
     def __init__(self, dout, q, k, v, lse, opts: AttnOptions) -> None:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
-        tuning = dict(tuning_for(head_dim, opts))
+        head_dim_v = v.shape[-1]
+        mla = head_dim_v != head_dim
+        tuning = dict(tuning_for(head_dim, opts, head_dim_v))
         persistent = tuning.pop("PERSISTENT")
         l2_share = tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
         self.fused_dq = tuning["FUSED_DQ"]
-        self.q_block = [1, tuning["BLOCK_M"], 1, head_dim]
-        self.kv_block = [1, int(WG_M), 1, head_dim]
-        self.dq_block = dq_block(tuning, head_dim)
+        qk_width = int(MLA_CHUNK) if mla else head_dim  # MLA: Q and K in 64-column tiles
+        self.q_block = [1, tuning["BLOCK_M"], 1, qk_width]
+        self.kv_block = [1, int(WG_M), 1, qk_width]
+        self.v_block = [1, int(WG_M), 1, head_dim_v]
+        self.do_block = [1, tuning["BLOCK_M"], 1, head_dim_v]
+        self.dq_block = [1, tuning["BLOCK_M"], 1, int(MLA_CHUNK)] if mla else dq_block(tuning, head_dim)
         self.q_layout = shared_layout(self.q_block, q.dtype)
         self.kv_layout = shared_layout(self.kv_block, q.dtype)
+        self.v_layout = shared_layout(self.v_block, q.dtype)
+        self.do_layout = shared_layout(self.do_block, q.dtype)
         self.dq_layout = shared_layout(self.dq_block, torch.float32)
+        if mla:
+            tuning["MLA"] = True
         stride_dk, stride_dv = (row_strides(torch.empty(x.shape, device="meta"), opts.varlen) for x in (k, v))
         block_n = WG_M if tuning["SPLIT_D"] else 2 * WG_M  # keys per work item
         num_tiles = grid = cdiv(seqlen_k, block_n) * batch * nheads_k
@@ -695,8 +870,8 @@ class Sm90Backward:
         q_desc = descriptor(q, self.q_block, self.q_layout)
         dq_desc = descriptor(dq_acc, self.dq_block, self.dq_layout) if self.fused_dq else q_desc
         self.launch(q_desc, descriptor(k, self.kv_block, self.kv_layout),
-                    descriptor(v, self.kv_block, self.kv_layout),
-                    descriptor(dout, self.q_block, self.q_layout), dq_desc, lse, delta, dk, dv, cu_q, cu_k,
+                    descriptor(v, self.v_block, self.v_layout),
+                    descriptor(dout, self.do_block, self.do_layout), dq_desc, lse, delta, dk, dv, cu_q, cu_k,
                     alibi)
 
 
@@ -704,11 +879,15 @@ class Sm90Backward:
 SPARSE_LISTS = ("QNum", "QIndices", "PartialIds", "FullNum", "FullIndices", "MaskBits")
 
 
-def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_mod=None, **flags: bool):
+def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_mod=None, head_dim_v: int | None = None,
+                     **flags: bool):
     """forward.compile_for_sm90 for this kernel; FUSED_DQ=False compiles the deterministic dK/dV-only one,
-    BLOCK_SPARSE=True the block-sparse mode (score_mod: a score_mod.CompiledMod with it)."""
+    BLOCK_SPARSE=True the block-sparse mode (score_mod: a score_mod.CompiledMod with it), head_dim_v (unlike
+    head_dim) the MLA variant."""
     fused = flags.get("FUSED_DQ", True)
-    constants = dict((CONFIGS if fused else CONFIGS_DKDV)[head_dim], HAS_LEFT=False, HAS_RIGHT=False,
+    mla = head_dim_v not in (None, head_dim)
+    config = CONFIGS_MLA[(head_dim, head_dim_v)] if mla else (CONFIGS if fused else CONFIGS_DKDV)[head_dim]
+    constants = dict(config, HAS_LEFT=False, HAS_RIGHT=False, MLA=mla,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, SPARSE_Q=128, SPARSE_KV=128)
     block_sparse = flags.pop("BLOCK_SPARSE", False)
     if not block_sparse:
@@ -722,10 +901,13 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
         types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
     mod_signature(score_mod, constants, types)
     descriptors = dict(q_desc=block_m, k_desc=64, v_desc=64, do_desc=block_m)
+    if mla:
+        descriptors = dict(q_desc=[1, block_m, 1, int(MLA_CHUNK)], k_desc=[1, 64, 1, int(MLA_CHUNK)],
+                           v_desc=[1, 64, 1, head_dim_v], do_desc=[1, block_m, 1, head_dim_v])
     if fused:
-        block = dq_block(constants, head_dim)
+        block = dq_block(constants, head_dim) if not mla else [1, block_m, 1, int(MLA_CHUNK)]
         layout = shared_layout(block, torch.float32)
         types["dq_desc"] = f"tensordesc<fp32[{','.join(map(str, block))}],{layout!r}>"
     else:
-        descriptors["dq_desc"] = block_m
+        descriptors["dq_desc"] = descriptors["q_desc"]  # unused
     return compile_gluon(attention_bwd_sm90_kernel, dtype, head_dim, descriptors, types, constants, MAXNREG)

@@ -263,9 +263,9 @@ def p_layout(block_d, bits=16):
 
 
 def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tensors: torch.Tensor,
-                  dtypes=(torch.float16, torch.bfloat16), unlike_v: bool = False) -> str | None:
+                  dtypes=(torch.float16, torch.bfloat16), unlike_v: int = 0) -> str | None:
     """What keeps a call off a Gluon kernel (sm90.forward's or sm90.backward's) for reasons both share, or None.
-    unlike_v: the caller takes a value head dim unlike the query's (the last tensor's)."""
+    unlike_v: the caller takes a value head dim unlike the query's, that of the last unlike_v tensors."""
     if common.INTERPRET:
         return "the Triton interpreter cannot run Gluon"
     if not runs_sm90a(q):
@@ -274,7 +274,7 @@ def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tenso
         return f"dtype {q.dtype}"
     if q.shape[-1] not in head_dims:
         return f"head dim {q.shape[-1]} (the Gluon {kernel} has {sorted(head_dims)})"
-    if any(t.shape[-1] != q.shape[-1] for t in (tensors[:-1] if unlike_v else tensors)):
+    if any(t.shape[-1] != q.shape[-1] for t in tensors[:len(tensors) - unlike_v]):
         return "a value head dim unlike the query's (MLA)"
     if dropout:
         return "dropout"

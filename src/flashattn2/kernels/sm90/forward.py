@@ -784,7 +784,7 @@ def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnO
         if (q.shape[-1], v.shape[-1]) not in CONFIGS_MLA:
             return (f"a value head dim unlike the query's: {q.shape[-1]}/{v.shape[-1]} (the Gluon kernel has "
                     f"{sorted(CONFIGS_MLA)})")
-        return sm90_declines(q, [q.shape[-1]], "kernel", dropout, k, v, unlike_v=True)
+        return sm90_declines(q, [q.shape[-1]], "kernel", dropout, k, v, unlike_v=1)
     if q.dtype == torch.float8_e4m3fn:
         if opts.varlen:
             # a sequence's keys start anywhere in the packed V^T rows: on the H100 the TMA loads from such
