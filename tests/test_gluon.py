@@ -77,6 +77,9 @@ VARIANTS = [
     # measured faster than 64-key tiles all the same (benchmarks/NOTES.md)
     (256, torch.float8_e4m3fn, {"HAS_LEFT": True, "HAS_RIGHT": True, "MAY_SPILL": True}),
     (128, torch.float8_e4m3fn, {"HAS_SOFTCAP": True, "HAS_ALIBI": True, "MAY_SPILL": True}),
+    # one query row (Triton folds seqlen_q = 1 in): with section = 1 folded in too, ptxas 12.8/12.9 dies with
+    # SIGSEGV, so such launches pass section = 2 (forward.ptxas_safe_section)
+    (64, torch.float8_e4m3fn, {"Q_STAGES=2": True, "seqlen_q=1": True}),
     # learnable sinks folded into the final normalisation (sinks.py)
     (128, torch.bfloat16, {"SINK": True, "HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True}),
     (64, torch.float16, {"SINK": True, "IS_VARLEN": True, "HAS_LEFT": True, "HAS_RIGHT": True}),
@@ -115,7 +118,8 @@ mods = dict(MOD_ALIBI=lambda score, b, h, q_idx, kv_idx: score + slopes[h] * (kv
             MOD_SOFTCAP=lambda score, b, h, q_idx, kv_idx: 30.0 * torch.tanh(score / 30.0))
 mod = next((compile_score_mod(mods[f], "cpu") for f in flags if f in mods), None)
 flags = dict(f.split("=") if "=" in f else (f, 1) for f in flags if f != "BWD" and f not in mods)
-flags = {k: bool(int(v)) if v in (1, "0", "1") else int(v) for k, v in flags.items()}  # STAGES=2: a number
+flags = {k: bool(int(v)) if v in (1, "0", "1") and k.isupper() else int(v)  # STAGES=2, seqlen_q=1: numbers
+         for k, v in flags.items()}
 open(out, "w").write(module.compile_for_sm90(head_dim, dtype, score_mod=mod, **flags).asm["ptx"])
 sys.stdout.write(get_ptxas(90).path)
 """
@@ -459,6 +463,31 @@ def _fp8_check(q8, k8, v8, descales, out, lse, **options):
     assert_close_to_ref("out", out, ref, pt, FWD_FACTOR)
     # FP8 tensor cores do not sum the scores exactly in fp32: 3e-4 was seen on a row that sees one key
     torch.testing.assert_close(lse.double(), ref_lse, rtol=1e-3, atol=1e-3)
+
+
+def test_fp8_launches_of_one_query_row_pass_a_section_ptxas_compiles():
+    from flashattn2.kernels.sm90.forward import ptxas_safe_section
+
+    assert ptxas_safe_section(1, 1, fp8=True) == 2
+    assert ptxas_safe_section(1, 2, fp8=True) == 1 and ptxas_safe_section(1, 1, fp8=False) == 1
+    assert ptxas_safe_section(3, 1, fp8=True) == 3
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("head_dim,causal", [(64, False), (256, True)])
+def test_gluon_fp8_one_query_row(head_dim, causal, gluon_backend):
+    # fuzz seed 5, cases 23909 and 24244: ptxas crashed on these launches' specialisation
+    from flashattn2 import quantize_fp8
+
+    torch.manual_seed(0)
+    q = torch.randn(2, 1, 4, head_dim, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 727, 2, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    q8, k8, v8, *descales = quantize_fp8(q, k, v)
+    assert attention_backend(q8, k8, v8, causal=causal).forward == "gluon-sm90"
+    out, lse, _ = flash_attn_func(q8, k8, v8, causal=causal, return_attn_probs=True, q_descale=descales[0],
+                                  k_descale=descales[1], v_descale=descales[2])
+    _fp8_check(q8, k8, v8, descales, out, lse, causal=causal)
 
 
 @pytest.mark.gpu
