@@ -18,3 +18,35 @@ def test_fuzz_invalid_arguments_raise_named_errors():
     # 17 kinds of bad argument over 300 draws; removing the softcap check fails this
     failures, _ = fuzz.run_cases(seed=0, cases=300, mode="invalid", max_len=100)
     assert not failures, "\n".join(failures)
+
+
+def test_delta_baseline_is_the_backward_with_delta_from_the_rounded_out():
+    # the fuzzer's second baseline for gradients: float64 attention whose dS takes Delta' = rowsum(dO o out) from a
+    # given (rounded) out; written out by hand here, and equal to the reference's gradients when out is exact
+    import functools
+
+    import torch
+
+    from flashattn2.reference import attention_ref
+
+    torch.manual_seed(0)
+    batch, seqlen_q, seqlen_k, heads, head_dim = 2, 7, 9, 2, 5
+    q, do = (torch.randn(batch, seqlen_q, heads, head_dim, dtype=torch.float64) for _ in range(2))
+    k, v = (torch.randn(batch, seqlen_k, heads, head_dim, dtype=torch.float64) for _ in range(2))
+    reference = functools.partial(attention_ref, causal=True)
+    exact, _ = reference(q, k, v)
+    rounded = exact + 1e-2 * torch.randn_like(exact)
+    scale = head_dim ** -0.5
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    keep = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool).tril(seqlen_k - seqlen_q)
+    p = scores.masked_fill(~keep, float("-inf")).softmax(-1)
+    delta = (do * rounded).sum(-1).transpose(1, 2)[..., None]
+    ds = p * (torch.einsum("bqhd,bkhd->bhqk", do, v) - delta)
+    by_hand = (torch.einsum("bhqk,bkhd->bqhd", ds, k) * scale, torch.einsum("bhqk,bqhd->bkhd", ds, q) * scale,
+               torch.einsum("bhqk,bqhd->bkhd", p, do))
+    for ours, want in zip(fuzz._delta_grads(reference, (q, k, v), do, rounded), by_hand, strict=True):
+        torch.testing.assert_close(ours, want, rtol=0, atol=1e-12)
+    xs = [x.clone().requires_grad_() for x in (q, k, v)]
+    reference(*xs)[0].backward(do)
+    for ours, x in zip(fuzz._delta_grads(reference, (q, k, v), do, exact), xs, strict=True):
+        torch.testing.assert_close(ours, x.grad, rtol=0, atol=1e-12)
