@@ -5,14 +5,14 @@ kernels (FlashAttention-4's `can_implement` pattern).
 - "gluon-sm90": sm90/forward.py on sm_90 GPUs (flex_attention's forward too, through sm90/flex.py), for
   fp16/bf16, head dims 64/128/256 (and MLA's 192 with value head dim 128), without dropout; causal, windows,
   GQA/MQA, softcap, ALiBi and packed variable-length batches included; and for e4m3 (FP8) dense batches. For the
-  backward, sm90/backward.py computes dK, dV and, in the same kernel, dQ (head dims 64, 128 and 256, the same
-  options); deterministic calls take dQ from the Triton dQ kernel.
+  backward, sm90/backward.py computes dK, dV and, in the same kernel, dQ (head dims 64, 128 and 256, and MLA's 192
+  with value head dim 128; the same options); deterministic calls take dQ from the Triton dQ kernel.
 
 FLASHATTN2_BACKEND (read at import; set_backend() changes it) picks: "auto" (the default: Gluon
 where it can run the call and was measured faster: the forward at head dims 128/256 without softcap and at 64
 for dense calls from 2048 query rows (8192 causal), MLA's 192/128, FP8
-at head dims 64/128/256 without softcap, the backward at head dims 64, 128 and 256 but deterministic calls
-below 256 and causal calls under 1024 query rows at 64 and 128), "gluon" (Gluon
+at head dims 64/128/256 without softcap, the backward at head dims 64, 128 and 256 and MLA's 192/128 but
+deterministic calls below 256 and causal calls under 1024 query rows at 64 and 128), "gluon" (Gluon
 wherever it can run the call) or "triton" (never Gluon: the way out for a user who hits a problem
 in the Gluon kernels). Calls that Gluon cannot run always take
 the Triton kernels; forward_backend() says which a call takes and why. Both forwards write the same
