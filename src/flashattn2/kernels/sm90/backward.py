@@ -336,6 +336,30 @@ def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
 
 
 @gluon.jit
+def _half_probs(st, raw, scale_log2, tanht, dpt_tok, sm: BwdSmem, mod: ScoreMod, offs_m, offs_n, stage, buf,
+                WG: gl.constexpr, HALF_M: gl.constexpr, HAS_SOFTCAP: gl.constexpr):
+    """Pᵀ and dSᵀ of this warpgroup's half of the query rows (the SPLIT_D and MLA steps), from its scores after
+    score_tail and its dPᵀ matmul: both put in shared memory, announced on p_ready and ds_ready (buffer buf)."""
+    s_layout: gl.constexpr = wgmma_layout(HALF_M)
+    lse = sm.lse.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
+    pt = gl.exp2(st * scale_log2 - lse[None, :])
+    # P and dS are kept query-major ([queries, keys]): each warpgroup's rows are a whole-swizzle slice
+    sm.p.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(pt.to(sm.p.dtype), [1, 0]))
+    fence_async_shared()
+    mbarrier.arrive(sm.p_ready.index(buf), count=1)
+    delta = sm.delta.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
+    dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
+    dst = pt * (dpt - delta[None, :])
+    if HAS_SOFTCAP:
+        dst = dst * (1.0 - tanht * tanht)
+    if mod.on:
+        dst = dst * mod.derivative(raw, offs_m[None, :], offs_n[:, None])
+    sm.ds.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(dst.to(sm.ds.dtype), [1, 0]))
+    fence_async_shared()
+    mbarrier.arrive(sm.ds_ready.index(buf), count=1)
+
+
+@gluon.jit
 def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
                window_left, window_right, alibi_slope, lists: BlockLists, visit, mod: ScoreMod, WG: gl.constexpr,
                BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
@@ -377,22 +401,7 @@ def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_
     st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
                                        window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
                                        HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
-    lse = sm.lse.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
-    pt = gl.exp2(st * scale_log2 - lse[None, :])
-    # P and dS are kept query-major ([queries, keys]): each warpgroup's rows are a whole-swizzle slice
-    sm.p.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(pt.to(q_tile.dtype), [1, 0]))
-    fence_async_shared()
-    mbarrier.arrive(sm.p_ready.index(buf), count=1)
-    delta = sm.delta.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
-    dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
-    dst = pt * (dpt - delta[None, :])
-    if HAS_SOFTCAP:
-        dst = dst * (1.0 - tanht * tanht)
-    if mod.on:
-        dst = dst * mod.derivative(raw, offs_m[None, :], offs_n[:, None])
-    sm.ds.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(dst.to(q_tile.dtype), [1, 0]))
-    fence_async_shared()
-    mbarrier.arrive(sm.ds_ready.index(buf), count=1)
+    _half_probs(st, raw, scale_log2, tanht, dpt_tok, sm, mod, offs_m, offs_n, stage, buf, WG, HALF_M, HAS_SOFTCAP)
     mbarrier.wait(sm.p_ready.index(buf), buf_phase)
     dv_tok = warpgroup_mma(sm.p.index(buf).permute([1, 0]), do_tile.slice(WG * COLS, COLS, dim=1), dv,
                            is_async=True)
@@ -460,21 +469,8 @@ def _step_mla(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_r
     st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
                                        window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
                                        HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
-    lse = sm.lse.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
-    pt = gl.exp2(st * scale_log2 - lse[None, :])
-    sm.p.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(pt.to(do_tile.dtype), [1, 0]))
-    fence_async_shared()
-    mbarrier.arrive(sm.p_ready.index(buf), count=1)  # only warpgroup 0 (dV) waits for it
-    delta = sm.delta.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
-    dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
-    dst = pt * (dpt - delta[None, :])
-    if HAS_SOFTCAP:
-        dst = dst * (1.0 - tanht * tanht)
-    if mod.on:
-        dst = dst * mod.derivative(raw, offs_m[None, :], offs_n[:, None])
-    sm.ds.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(dst.to(do_tile.dtype), [1, 0]))
-    fence_async_shared()
-    mbarrier.arrive(sm.ds_ready.index(buf), count=1)
+    # only warpgroup 0 (dV) waits for P
+    _half_probs(st, raw, scale_log2, tanht, dpt_tok, sm, mod, offs_m, offs_n, stage, buf, WG, HALF_M, HAS_SOFTCAP)
     A: gl.constexpr = mla_split(WG, "a")
     B: gl.constexpr = mla_split(WG, "b")
     dst_t = sm.ds.index(buf).permute([1, 0])  # [keys, queries]
