@@ -1,19 +1,44 @@
-"""One call each of the Gluon forward (d128 bf16, 1k and 16k) and of both dK/dV kernels (16k), for Nsight
-Compute: ncu --section SpeedOfLight --section WarpStateStats -k regex:'attention' python scripts/profile_gluon.py"""
+"""Calls of the Gluon kernels for Nsight Compute, each made twice (read the second: compiled, warm):
+
+    ncu --section SpeedOfLight --section WarpStateStats -k regex:'attention' python scripts/profile_gluon.py
+    ncu --section SpeedOfLight --section MemoryWorkloadAnalysis -k regex:'attention_bwd' \\
+        python scripts/profile_gluon.py --case mla
+
+--case d128 (the default): the forward (d128 bf16, 1k and 16k) and both dK/dV kernels (16k). --case mla: MLA's 192/128
+forward and backward, causal, 16 heads, 16k tokens (the backward's dQ bulk reduce-adds: benchmarks/NOTES.md)."""
+
+import argparse
 
 import torch
 
 import flashattn2
 from flashattn2 import flash_attn_func
 
-for backend, seqlen, causal in (("auto", 1024, False), ("auto", 16384, False), ("auto", 16384, True),
-                                ("gluon", 16384, False), ("triton", 16384, False)):
-    flashattn2.set_backend(backend)
-    batch, heads = 16384 // seqlen, 16
-    q, k, v = (torch.randn(batch, seqlen, heads, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
-    for _ in range(2):  # the second call is the one to read (compiled, warm)
-        out = flash_attn_func(q, k, v, causal=causal)
-        if backend != "auto" or seqlen == 1024:
-            out.backward(torch.ones_like(out))
+
+def d128() -> None:
+    for backend, seqlen, causal in (("auto", 1024, False), ("auto", 16384, False), ("auto", 16384, True),
+                                    ("gluon", 16384, False), ("triton", 16384, False)):
+        flashattn2.set_backend(backend)
+        batch, heads = 16384 // seqlen, 16
+        q, k, v = (torch.randn(batch, seqlen, heads, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        for _ in range(2):
+            out = flash_attn_func(q, k, v, causal=causal)
+            if backend != "auto" or seqlen == 1024:
+                out.backward(torch.ones_like(out))
+        torch.cuda.synchronize()
+
+
+def mla() -> None:
+    q, k = (torch.randn(1, 16384, 16, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    v = torch.randn(1, 16384, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    for _ in range(2):
+        out = flash_attn_func(q, k, v, causal=True)
+        out.backward(torch.randn_like(out))
     torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python scripts/profile_gluon.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--case", choices=("d128", "mla"), default="d128")
+    {"d128": d128, "mla": mla}[parser.parse_args().case]()
