@@ -336,11 +336,30 @@ def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
 
 
 @gluon.jit
-def _half_probs(st, raw, scale_log2, tanht, dpt_tok, sm: BwdSmem, mod: ScoreMod, offs_m, offs_n, stage, buf,
-                WG: gl.constexpr, HALF_M: gl.constexpr, HAS_SOFTCAP: gl.constexpr):
-    """Pᵀ and dSᵀ of this warpgroup's half of the query rows (the SPLIT_D and MLA steps), from its scores after
-    score_tail and its dPᵀ matmul: both put in shared memory, announced on p_ready and ds_ready (buffer buf)."""
+def _half_probs(st_tok, v_tile, do_tile, start_m, sm: BwdSmem, sc: Scores, lists: BlockLists, visit, mod: ScoreMod,
+                offs_n, seqlen_q, seqlen_k, window_left, window_right, alibi_slope, stage, phase, buf,
+                WG: gl.constexpr, BLOCK_M: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr,
+                HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr):
+    """Pᵀ and dSᵀ of this warpgroup's half of the query rows (the SPLIT_D and MLA steps), from its Sᵀ matmul in
+    flight (st_tok): dPᵀ = V dOᵀ, the score tail, both put in shared memory and announced on p_ready and ds_ready
+    (buffer buf). Returns the tile's first query row (a block mask's visit tile resolved)."""
+    HALF_M: gl.constexpr = BLOCK_M // 2
     s_layout: gl.constexpr = wgmma_layout(HALF_M)
+    mbarrier.wait(sm.do_ready.index(stage), phase)
+    dpt_tok = warpgroup_mma(v_tile, do_tile.slice(WG * HALF_M, HALF_M, dim=0).permute([1, 0]),
+                            gl.zeros([WG_M, HALF_M], gl.float32, s_layout), use_acc=False, is_async=True)
+    tile = start_m // BLOCK_M  # a visit tile with a block mask
+    if lists.on:
+        start_m = lists.tile_start(visit, tile, BLOCK_M)
+    offs_m = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(0, s_layout))
+    st = warpgroup_mma_wait(1, deps=[st_tok])
+    raw = st  # a score_mod's derivative is taken at the raw scores
+    st = mod.scores(st, offs_m[None, :], offs_n[:, None])
+    if lists.on and MASKED:  # a block mask's bits; its tiles hold no window edge or sequence end
+        st = lists.mask(st, visit, tile, offs_n, BLOCK_M, WG * HALF_M)
+    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
+                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
     lse = sm.lse.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
     pt = gl.exp2(st * scale_log2 - lse[None, :])
     # P and dS are kept query-major ([queries, keys]): each warpgroup's rows are a whole-swizzle slice
@@ -357,6 +376,7 @@ def _half_probs(st, raw, scale_log2, tanht, dpt_tok, sm: BwdSmem, mod: ScoreMod,
     sm.ds.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(dst.to(sm.ds.dtype), [1, 0]))
     fence_async_shared()
     mbarrier.arrive(sm.ds_ready.index(buf), count=1)
+    return start_m
 
 
 @gluon.jit
@@ -386,22 +406,9 @@ def _step_cols(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_
     mbarrier.wait(sm.q_ready.index(stage), phase)
     st_tok = warpgroup_mma(k_tile, q_tile.slice(WG * HALF_M, HALF_M, dim=0).permute([1, 0]),
                            gl.zeros([WG_M, HALF_M], gl.float32, s_layout), use_acc=False, is_async=True)
-    mbarrier.wait(sm.do_ready.index(stage), phase)
-    dpt_tok = warpgroup_mma(v_tile, do_tile.slice(WG * HALF_M, HALF_M, dim=0).permute([1, 0]),
-                            gl.zeros([WG_M, HALF_M], gl.float32, s_layout), use_acc=False, is_async=True)
-    tile = start_m // BLOCK_M  # a visit tile with a block mask
-    if lists.on:
-        start_m = lists.tile_start(visit, tile, BLOCK_M)
-    offs_m = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(0, s_layout))
-    st = warpgroup_mma_wait(1, deps=[st_tok])
-    raw = st  # a score_mod's derivative is taken at the raw scores
-    st = mod.scores(st, offs_m[None, :], offs_n[:, None])
-    if lists.on and MASKED:  # a block mask's bits; its tiles hold no window edge or sequence end
-        st = lists.mask(st, visit, tile, offs_n, BLOCK_M, WG * HALF_M)
-    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
-                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
-                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
-    _half_probs(st, raw, scale_log2, tanht, dpt_tok, sm, mod, offs_m, offs_n, stage, buf, WG, HALF_M, HAS_SOFTCAP)
+    start_m = _half_probs(st_tok, v_tile, do_tile, start_m, sm, sc, lists, visit, mod, offs_n, seqlen_q, seqlen_k,
+                          window_left, window_right, alibi_slope, stage, phase, buf, WG, BLOCK_M, HAS_LEFT, HAS_RIGHT,
+                          HAS_SOFTCAP, HAS_ALIBI, MASKED)
     mbarrier.wait(sm.p_ready.index(buf), buf_phase)
     dv_tok = warpgroup_mma(sm.p.index(buf).permute([1, 0]), do_tile.slice(WG * COLS, COLS, dim=1), dv,
                            is_async=True)
@@ -454,23 +461,10 @@ def _step_mla(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_r
         q_rows = sm.q.index(stage * CH + c).reshape([BLOCK_M, MLA_CHUNK]).slice(WG * HALF_M, HALF_M, dim=0)
         st_tok = warpgroup_mma(sm.k.index(c + dyn).reshape([WG_M, MLA_CHUNK]), q_rows.permute([1, 0]), st_tok,
                                use_acc=c > 0, is_async=True)
-    mbarrier.wait(sm.do_ready.index(stage), phase)
-    dpt_tok = warpgroup_mma(v_tile, do_tile.slice(WG * HALF_M, HALF_M, dim=0).permute([1, 0]),
-                            gl.zeros([WG_M, HALF_M], gl.float32, s_layout), use_acc=False, is_async=True)
-    tile = start_m // BLOCK_M  # a visit tile with a block mask
-    if lists.on:
-        start_m = lists.tile_start(visit, tile, BLOCK_M)
-    offs_m = start_m + WG * HALF_M + gl.arange(0, HALF_M, layout=gl.SliceLayout(0, s_layout))
-    st = warpgroup_mma_wait(1, deps=[st_tok])
-    raw = st
-    st = mod.scores(st, offs_m[None, :], offs_n[:, None])
-    if lists.on and MASKED:
-        st = lists.mask(st, visit, tile, offs_n, BLOCK_M, WG * HALF_M)
-    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
-                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
-                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
     # only warpgroup 0 (dV) waits for P
-    _half_probs(st, raw, scale_log2, tanht, dpt_tok, sm, mod, offs_m, offs_n, stage, buf, WG, HALF_M, HAS_SOFTCAP)
+    start_m = _half_probs(st_tok, v_tile, do_tile, start_m, sm, sc, lists, visit, mod, offs_n, seqlen_q, seqlen_k,
+                          window_left, window_right, alibi_slope, stage, phase, buf, WG, BLOCK_M, HAS_LEFT, HAS_RIGHT,
+                          HAS_SOFTCAP, HAS_ALIBI, MASKED)
     A: gl.constexpr = mla_split(WG, "a")
     B: gl.constexpr = mla_split(WG, "b")
     dst_t = sm.ds.index(buf).permute([1, 0])  # [keys, queries]
