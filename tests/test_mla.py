@@ -245,3 +245,74 @@ def test_latent_cache_errors_name_the_problem():
         flashattn2.flash_attn_with_kvcache(randn(1, 1, 4, 520, dtype=torch.bfloat16),
                                            randn(1, 32, 1, 520, dtype=torch.bfloat16),
                                            randn(1, 32, 1, 512, dtype=torch.bfloat16), cache_seqlens=seqlens)
+
+
+_COMPILE_LATENT = """
+import torch
+from flashattn2.kernels.sm90.latent import compile_for_sm90
+for flags in (dict(), dict(NUM_SPLITS=4, HAS_SEQLENS=True, HAS_BATCH_IDX=True),
+              dict(PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=8)):
+    ptx = compile_for_sm90(torch.bfloat16, **flags).asm["ptx"]
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx, flags
+"""
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="compile-only check for CPU CI; the GPU runs the kernels")
+def test_gluon_latent_decoding_compiles_for_sm90():
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    root = os.path.join(os.path.dirname(__file__), "..")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(root, "src"), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", _COMPILE_LATENT], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-4000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)),
+                    reason="needs an sm_90 GPU (the Gluon latent-decoding kernel)")
+@pytest.mark.parametrize("paged,seqlen_q,num_splits,heads,batch_idx",
+                         [(False, 1, 1, 128, False), (False, 2, 0, 128, False), (True, 2, 3, 64, False),
+                          (True, 1, 0, 128, False), (False, 1, 2, 64, True)])
+def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx):
+    # sm90/latent.py under FLASHATTN2_BACKEND=gluon: the cache's capacity past each sequence holds NaN (the kernel
+    # zeroes those key rows before P V), lengths that cut tiles, one or two query rows (causal), splits, pages of
+    # 64 keys, a cache_batch_idx
+    from flashattn2.kernels import backends
+    from flashattn2.kernels.portable.kvcache import kvcache_plan
+
+    torch.manual_seed(23)
+    batch, capacity, lens = 2, 256, [37, 200]
+    q = randn(batch, seqlen_q, heads, 576, dtype=torch.bfloat16)
+    k_cache = randn(batch, capacity, 1, 576, dtype=torch.bfloat16)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+    rows = torch.tensor([1, 0], dtype=torch.int32, device=DEVICE) if batch_idx else None
+    source = [1, 0] if batch_idx else [0, 1]  # the cache row of each sequence
+    for b, n in enumerate(lens):
+        k_cache[source[b], n:] = float("nan")
+    flashattn2.set_backend("gluon")
+    try:
+        kwargs = dict(cache_seqlens=seqlens, causal=True, num_splits=num_splits, return_softmax_lse=True,
+                      cache_batch_idx=rows)
+        if paged:
+            page = 64
+            table = torch.randperm(batch * capacity // page, device=DEVICE).to(torch.int32).view(batch, -1)
+            pages = torch.full((batch * capacity // page, page, 1, 576), float("nan"), dtype=torch.bfloat16,
+                               device=DEVICE)
+            pages[table.flatten().long()] = k_cache.reshape(-1, page, 1, 576)
+            caches, kwargs["block_table"] = (pages, pages[..., :512]), table
+        else:
+            caches = (k_cache, k_cache[..., :512])
+        out, lse = flashattn2.flash_attn_with_kvcache(q, *caches, **kwargs)
+        opts = AttnOptions(softmax_scale=576 ** -0.5, window_left=-1, window_right=0)
+        plan = kvcache_plan(q, *caches, None, None, seqlens, None, rows, kwargs.get("block_table"), opts, num_splits,
+                            backends.kvcache_hopper())
+        assert plan.backend == "gluon-sm90"
+    finally:
+        flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
+    assert out.shape == (batch, seqlen_q, heads, 512)
+    for b, n in enumerate(lens):
+        src = source[b]
+        seq = (q[b:b + 1], k_cache[src:src + 1, :n], k_cache[src:src + 1, :n, :, :512])
+        ref, ref_lse = attention_ref(*seq, causal=True)
+        pt, _ = attention_ref(*seq, causal=True, upcast=False)
+        assert_close_to_ref("out", out[b:b + 1], ref, pt, FWD_FACTOR)
+        torch.testing.assert_close(lse[b:b + 1].double(), ref_lse, rtol=1e-4, atol=1e-4)

@@ -18,6 +18,7 @@ from .checks import (
     strict_kvcache,
     unit_last_stride,
 )
+from .kernels import backends
 from .kernels.launch import PlanCache
 from .kernels.params import AttnOptions
 from .kernels.portable import combine as combine_kernels
@@ -232,7 +233,8 @@ def _seen_key(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, 
         return None
     # a value cache that is a view of the key cache's channels is read from the key tile (one latent cache)
     shared = v_is_k_view(k_cache, v_cache)
-    return (*key, shared, softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits)
+    return (*key, shared, softmax_scale, causal, window_size, softcap, rotary_interleaved, num_splits,
+            backends.get_backend())
 
 
 def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
@@ -250,7 +252,7 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
                 q = rotate(q.reshape(b, 1, s * h, d), rotary_cos, rotary_sin, rotary_interleaved, False, cache_seqlens,
                            None, None, False).reshape(b, s, h, d)
         return kvcache_attention(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, cache_batch_idx,
-                                 block_table, opts, num_splits, plan, descales)
+                                 block_table, opts, num_splits, plan, descales, backends.kvcache_hopper())
 
 
 @torch.library.custom_op("flashattn2::fwd_kvcache", mutates_args=("k_cache", "v_cache"))

@@ -194,3 +194,22 @@ def flex_backward(dout, q, k, v, out, lse, block_mask, scale: float, bits, q_ids
     if flex_backward_backend(q, k, v, block_mask)[0] == "gluon-sm90":
         return _flex_module(True).flex_backward(dout, q, k, v, out, lse, block_mask, scale, bits, q_ids, mod)
     return _flex_module(False).flex_backward(dout, q, k, v, out, lse, block_mask, scale, bits, q_ids, mod)
+
+
+def kvcache_hopper():
+    """flash_attn_with_kvcache's maker of a Gluon attend (sm90/latent.py: MLA's latent cache), for
+    portable.kvcache.KVCachePlan, or None. Only FLASHATTN2_BACKEND=gluon takes it: not yet measured against the Triton
+    kernel."""
+    if _choice != "gluon" or not GLUON_AVAILABLE:
+        return None
+    from .portable.cu_seqlens import KVCACHE_WORD
+    from .sm90 import latent
+
+    def make(q, k_cache, v_cache, k_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, opts,
+             num_splits, o_strides, l_strides):
+        if latent.can_implement(q, k_cache, v_cache, k_new, cache_leftpad, block_table, opts) is not None:
+            return None
+        return latent.LatentLaunch(q, k_cache, block_table, cache_seqlens, cache_batch_idx, opts, num_splits,
+                                   o_strides, l_strides, int(KVCACHE_WORD.value))
+
+    return make

@@ -327,10 +327,11 @@ class KVCachePlan:
 
     q is (batch, seqlen_q, heads, dim), or packed (total_q, heads, dim) with opts.cu_seqlens_q; the
     caches are (cache rows, capacity, heads_k, dim) or pages (num_pages, page_size, heads_k, dim) with
-    a block table."""
+    a block table. hopper: backends.kvcache_hopper's maker of a Gluon attend for the call, or None (`backend` says
+    which kernel attends)."""
 
     def __init__(self, q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
-                 opts: AttnOptions, num_splits: int) -> None:
+                 opts: AttnOptions, num_splits: int, hopper=None) -> None:
         varlen = opts.varlen
         if varlen:
             batch, seqlen_q = opts.cu_seqlens_q.shape[0] - 1, opts.max_seqlen_q
@@ -412,6 +413,12 @@ class KVCachePlan:
                  HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=block_n, G=g, G_PAD=g_pad,
                  NUM_SPLITS=num_splits, INTERPRET=INTERPRET, IS_FP8=fp8, **flags, **latent),
             num_warps, num_stages)
+        self.backend = "triton"
+        if hopper is not None:
+            attend = hopper(q, k_cache, v_cache, k_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
+                            opts, num_splits, o_strides, l_strides)
+            if attend is not None:
+                self.attend, self.backend = attend, "gluon-sm90"
         self.combine = None
         if num_splits > 1:
             # combine writes (batch, seqlen, heads) views of our out and lse: out as is, or packed as one batch
@@ -461,26 +468,27 @@ def _layout(x: torch.Tensor | None):
 
 
 def kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
-                 opts: AttnOptions, num_splits: int) -> KVCachePlan:
+                 opts: AttnOptions, num_splits: int, hopper=None) -> KVCachePlan:
     key = (q.device, *(_layout(x) for x in (q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad,
                                              cache_batch_idx, block_table)), opts.plan_key(), num_splits,
-           v_cache.shape[-1] < k_cache.shape[-1] and v_is_k_view(k_cache, v_cache))
+           v_cache.shape[-1] < k_cache.shape[-1] and v_is_k_view(k_cache, v_cache), hopper is not None)
     plan = _plans.get(key)
     if plan is None:
         plan = _plans.add(key, KVCachePlan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad,
-                                           cache_batch_idx, block_table, opts, num_splits))
+                                           cache_batch_idx, block_table, opts, num_splits, hopper))
     return plan
 
 
 def kvcache_attention(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table,
-                      opts: AttnOptions, num_splits: int, plan: KVCachePlan | None = None, descales=None):
+                      opts: AttnOptions, num_splits: int, plan: KVCachePlan | None = None, descales=None, hopper=None):
     """Append (k_new, v_new already rotated), then attend, on checked inputs; returns (out, lse, plan).
-    plan is kvcache_plan's for these inputs, where the caller has it already; descales: FP8's factors."""
+    plan is kvcache_plan's for these inputs, where the caller has it already; descales: FP8's factors; hopper: as
+    KVCachePlan's."""
     device = q.device
     raise_pending(device)  # a failed check of an earlier call
     if plan is None:
         plan = kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx,
-                            block_table, opts, num_splits)
+                            block_table, opts, num_splits, hopper)
     out = common.empty(plan.out_shape, plan.dtype, device)
     lse = common.empty(plan.lse_shape, torch.float32, device)
     plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, opts,

@@ -1,0 +1,409 @@
+"""Decoding over MLA's latent cache on Hopper (issue 27): query/key head dim 576, value head dim 512, the value cache
+the key cache's first 512 channels (one kv head, 64-128 query heads). FlashMLA's shape, in Gluon:
+
+- a program takes 64 query heads of one query position and a range of keys (split-KV: combine.py merges the
+  ranges' fp32 partials, as for the Triton KV-cache kernel);
+- the loader brings Q once and each 64-key tile of the cache once (nine 64-column TMA boxes into a [64, 512] and
+  a [64, 64] buffer), two stages;
+- one warpgroup computes S = Q Kᵀ over the 576 columns and the online softmax, and hands P (bf16) and the rows'
+  rescale factors over through shared memory;
+- four warpgroups each own a quarter of O ([64, 128] fp32: 64 registers a thread) and add P V with V the key tile's
+  first 512 columns, so the cache is read once for both products.
+
+Per tile the scores warpgroup does 53% of the matmul work and each value warpgroup 12%; the tensor cores are the
+SM's, so what counts is that their issue overlaps: S of tile i + 1 runs under P V of tile i. FlashMLA splits O over
+two warpgroups of 128 registers' accumulators; here ptxas compiles every partition within the launch's register cap
+(VALUE_WGS).
+
+The contract is kvcache_attention_kernel's for the calls `can_implement` takes; key rows of the last tile past the
+sequence (the cache's unwritten capacity may hold anything) are zeroed in shared memory before P V reads them, since
+P = 0 does not clear a NaN."""
+
+import torch
+
+from .. import common
+from ..common import runs_sm90a
+from ..launch import Launch
+from ..portable.kvcache import cache_sequence
+from ..tma import tma_usable
+from .common import free_phase, ready_phase, wgmma_layout
+from .gluon_api import (
+    TensorDescriptor,
+    aggregate,
+    fence_async_shared,
+    gl,
+    gluon,
+    mbarrier,
+    shared_layout,
+    tma_load,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+LATENT_QK, LATENT_V, CHUNK = gl.constexpr(576), gl.constexpr(512), gl.constexpr(64)
+HEADS = gl.constexpr(64)  # query heads per program (rows of S and O)
+BLOCK_N = gl.constexpr(64)  # keys per tile
+STAGES = gl.constexpr(2)  # key tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of the 227 KB
+# value warpgroups, each with O's columns [WG x 128, + 128) ([64, 128] fp32: 64 registers a thread). ptxas allocates
+# every partition within the launch's cap (setmaxnreg moves registers at run time only): two warpgroups of [64, 256]
+# need 154 for one m64n256 wgmma and spilled 272 bytes at 152, the most 13 warps allow; 21 warps (the scores
+# warpgroup, four value warpgroups, a one-warp loader) at 96 fill the 64K registers
+VALUE_WGS = gl.constexpr(4)
+MAXNREG = 96
+LOADER_REGS, PV_REGS = gl.constexpr(24), gl.constexpr(96)
+
+
+@aggregate
+class LatentSmem:
+    """Q (its first 512 columns and the tail), the key tiles' ring (same split), P, the rows' rescale factors and
+    final sums, and the barriers: q_bar (Q loaded), kv_ready / kv_empty (a key tile loaded / read by every
+    value warpgroups), p_ready / p_free (P and the factors written / read), done (the sums written)."""
+    q: gl.shared_memory_descriptor
+    q_tail: gl.shared_memory_descriptor
+    k: gl.shared_memory_descriptor
+    k_tail: gl.shared_memory_descriptor
+    p: gl.shared_memory_descriptor
+    alpha: gl.shared_memory_descriptor
+    stats: gl.shared_memory_descriptor
+    q_bar: gl.shared_memory_descriptor
+    kv_ready: gl.shared_memory_descriptor
+    kv_empty: gl.shared_memory_descriptor
+    p_ready: gl.shared_memory_descriptor
+    p_free: gl.shared_memory_descriptor
+    done: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, q, q_tail, k, k_tail, p, alpha, stats, q_bar, kv_ready, kv_empty, p_ready, p_free, done):
+        self.q = q
+        self.q_tail = q_tail
+        self.k = k
+        self.k_tail = k_tail
+        self.p = p
+        self.alpha = alpha
+        self.stats = stats
+        self.q_bar = q_bar
+        self.kv_ready = kv_ready
+        self.kv_empty = kv_empty
+        self.p_ready = p_ready
+        self.p_free = p_free
+        self.done = done
+
+
+@aggregate
+class LatentWork:
+    """One program's work: its batch entry, first query head, query position, cache row, key range [n_lo, n_hi)
+    (n_hi also the end of the keys it sees) and the sequence's failed checks (cache_sequence's bits)."""
+    off_b: gl.tensor
+    head0: gl.tensor
+    q_pos: gl.tensor
+    kv_row: gl.tensor
+    n_lo: gl.tensor
+    n_hi: gl.tensor
+    bits: gl.tensor
+
+    @gluon.constexpr_function
+    def __init__(self, off_b, head0, q_pos, kv_row, n_lo, n_hi, bits):
+        self.off_b = off_b
+        self.head0 = head0
+        self.q_pos = q_pos
+        self.kv_row = kv_row
+        self.n_lo = n_lo
+        self.n_hi = n_hi
+        self.bits = bits
+
+
+@gluon.jit
+def _work(CacheSeqlens, CacheBatchIdx, nheads, seqlen_q, capacity, cache_rows, NUM_SPLITS: gl.constexpr,
+          HAS_RIGHT: gl.constexpr, HAS_SEQLENS: gl.constexpr, HAS_BATCH_IDX: gl.constexpr):
+    """The program's LatentWork: program (query position, batch x head slot, split). Causal (HAS_RIGHT): query
+    position i of seqlen_q sees keys up to i + seqlen_k - seqlen_q (bottom-right aligned)."""
+    q_pos = gl.program_id(0)
+    slots = nheads // HEADS
+    off_b = gl.program_id(1) // slots
+    head0 = (gl.program_id(1) % slots) * HEADS
+    split = gl.program_id(2)
+    cache_len, _, kv_row, bits = cache_sequence(off_b, CacheSeqlens, None, CacheBatchIdx, 0, capacity, cache_rows,
+                                                HAS_SEQLENS, False, HAS_BATCH_IDX)
+    seqlen_k = gl.where(bits != 0, 0, cache_len).to(gl.int32)
+    n_hi = seqlen_k
+    if HAS_RIGHT:
+        n_hi = gl.maximum(gl.minimum(n_hi, q_pos + 1 + seqlen_k - seqlen_q), 0)
+    n_lo = n_hi * 0
+    if NUM_SPLITS > 1:
+        per_split = gl.cdiv(gl.cdiv(n_hi, BLOCK_N), NUM_SPLITS) * BLOCK_N
+        n_lo = split * per_split
+        n_hi = gl.minimum(n_hi, n_lo + per_split)
+    return LatentWork(off_b, head0, q_pos, kv_row.to(gl.int32), n_lo, n_hi, bits)
+
+
+@gluon.jit
+def _page(BlockTable, stride_bt, kv_row, start_n, page_size, num_pages, PAGED: gl.constexpr):
+    """(cache coordinate 0, row) of key start_n's tile and whether its block-table entry is out of range (then page
+    0 is read, and the sequence's outputs become NaN). Paged tiles lie in one page (page_size % BLOCK_N == 0)."""
+    if PAGED:
+        page = gl.load(BlockTable + kv_row.to(gl.int64) * stride_bt + start_n // page_size)
+        bad = (page < 0) | (page >= num_pages)
+        return gl.where(bad, 0, page), start_n % page_size, bad
+    else:
+        return kv_row, start_n, start_n < 0
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, sm: LatentSmem, w: LatentWork, BlockTable, stride_bt, page_size, num_pages,
+            PAGED: gl.constexpr):
+    MAIN: gl.constexpr = LATENT_V // CHUNK
+    mbarrier.expect(sm.q_bar, (MAIN + 1) * q_desc.block_type.nbytes)
+    for c in gl.static_range(MAIN):
+        tma_load(q_desc, [w.off_b, w.q_pos, w.head0, c * CHUNK], sm.q_bar, sm.q.slice(c * CHUNK, CHUNK, dim=3))
+    tma_load(q_desc, [w.off_b, w.q_pos, w.head0, LATENT_V], sm.q_bar, sm.q_tail)
+    i = 0
+    for start_n in range(w.n_lo, w.n_hi, BLOCK_N):
+        stage = i % STAGES
+        mbarrier.wait(sm.kv_empty.index(stage), free_phase(i, STAGES))
+        outer, row, _ = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
+        bar = sm.kv_ready.index(stage)
+        mbarrier.expect(bar, (MAIN + 1) * k_desc.block_type.nbytes)
+        for c in gl.static_range(MAIN):
+            tma_load(k_desc, [outer, row, 0, c * CHUNK], bar, sm.k.index(stage).slice(c * CHUNK, CHUNK, dim=3))
+        tma_load(k_desc, [outer, row, 0, LATENT_V], bar, sm.k_tail.index(stage))
+        i += 1
+
+
+@gluon.jit
+def _zero_rows_from(tile, first):
+    """Zero rows first.. of a [BLOCK_N, 512] shared key tile, 64 columns at a time (the value warpgroups read them)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    for c in gl.static_range(LATENT_V // CHUNK):
+        part = tile.slice(c * CHUNK, CHUNK, dim=1)
+        x = part.load(layout)
+        part.store(gl.where(rows[:, None] < first, x, gl.zeros_like(x)))
+
+
+@gluon.jit
+def _scores(sm: LatentSmem, w: LatentWork, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale, page_size,
+            num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr, PAGED: gl.constexpr):
+    """S = Q Kᵀ of each tile, the online softmax, P and the rows' rescale factors to the value warpgroups; at the
+    end the rows' sums l and lse (NaN for a sequence that failed a check)."""
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    rows_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = sm.p.dtype
+    m_i = gl.full([HEADS], float("-inf"), gl.float32, rows_layout)
+    l_i = gl.zeros([HEADS], gl.float32, rows_layout)
+    bad_page = w.bits * 0
+    q = sm.q.reshape([HEADS, LATENT_V])
+    q_tail = sm.q_tail.reshape([HEADS, CHUNK])
+    mbarrier.wait(sm.q_bar, 0)
+    i = 0
+    for start_n in range(w.n_lo, w.n_hi, BLOCK_N):
+        stage = i % STAGES
+        dyn = i >> 30  # a zero the compiler cannot see through: no hoisted (spilled) wgmma descriptors
+        k = sm.k.index(stage + dyn).reshape([BLOCK_N, LATENT_V])
+        k_tail = sm.k_tail.index(stage + dyn).reshape([BLOCK_N, CHUNK])
+        mbarrier.wait(sm.kv_ready.index(stage), ready_phase(i, STAGES))
+        s = warpgroup_mma(q, k.permute([1, 0]), gl.zeros([HEADS, BLOCK_N], gl.float32, s_layout), use_acc=False,
+                          is_async=True)
+        s = warpgroup_mma(q_tail, k_tail.permute([1, 0]), s, is_async=True)
+        _, _, bad = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
+        bad_page |= bad.to(gl.int32)
+        s = warpgroup_mma_wait(0, deps=[s])
+        keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        s = gl.where((keys < w.n_hi)[None, :], s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = gl.exp2(m_i - m_use)
+        p = gl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + gl.sum(p, 1)
+        m_i = m_new
+        if start_n + BLOCK_N > w.n_hi:  # the last tile: rows past the sequence may hold anything
+            _zero_rows_from(k, w.n_hi - start_n)
+        # the value warpgroups have read the last P and factors
+        mbarrier.wait(sm.p_free, free_phase(i, 1))
+        sm.p.store(p.to(dtype))
+        sm.alpha.store(alpha)
+        fence_async_shared()
+        mbarrier.arrive(sm.p_ready, count=1)
+        i += 1
+    failed = (w.bits | (bad_page << 4)) != 0
+    if failed:
+        gl.store(Flag + FLAG_WORD, w.bits | (bad_page << 4))
+        l_i = gl.full([HEADS], float("nan"), gl.float32, rows_layout)
+    sm.stats.store(l_i)
+    fence_async_shared()
+    mbarrier.arrive(sm.done, count=1)
+    empty = l_i == 0.0
+    lse = (m_i + gl.log2(gl.where(empty, 1.0, l_i))) * 0.6931471805599453
+    # a row that sees no key: the merge's -inf in a partial, the attention functions' +inf in a final output
+    lse = gl.where(empty, float("-inf") if NUM_SPLITS > 1 else float("inf"), lse)
+    stride_ls, stride_lb, stride_lm, stride_lh = stride_lse
+    heads = w.head0 + gl.arange(0, HEADS, layout=rows_layout)
+    split = gl.program_id(2)
+    gl.store(Lse + split.to(gl.int64) * stride_ls + w.off_b.to(gl.int64) * stride_lb + w.q_pos.to(gl.int64) * stride_lm
+             + heads.to(gl.int64) * stride_lh, lse)
+
+
+@gluon.jit
+def _values(WG: gl.constexpr, sm: LatentSmem, w: LatentWork, Out, stride_o):
+    """O[:, WG * 128 : + 128] += P V over the tiles, rescaled by the scores warpgroup's factors; then O / l out."""
+    COLS: gl.constexpr = LATENT_V // VALUE_WGS
+    o_layout: gl.constexpr = wgmma_layout(COLS)
+    rows_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    o = gl.zeros([HEADS, COLS], gl.float32, o_layout)
+    i = 0
+    for _start_n in range(w.n_lo, w.n_hi, BLOCK_N):
+        stage = i % STAGES
+        dyn = i >> 30
+        v = sm.k.index(stage + dyn).reshape([BLOCK_N, LATENT_V]).slice(WG * COLS, COLS, dim=1)
+        mbarrier.wait(sm.p_ready, ready_phase(i, 1))
+        alpha = sm.alpha.load(rows_layout)
+        o = warpgroup_mma(sm.p, v, o * alpha[:, None], is_async=True)
+        o = warpgroup_mma_wait(0, deps=[o])
+        mbarrier.arrive(sm.p_free, count=1)
+        mbarrier.arrive(sm.kv_empty.index(stage), count=1)
+        i += 1
+    mbarrier.wait(sm.done, 0)
+    l_i = sm.stats.load(rows_layout)
+    o = o / gl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    stride_os, stride_ob, stride_om, stride_oh = stride_o
+    heads = w.head0 + gl.arange(0, HEADS, layout=rows_layout)
+    cols = WG * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(0, o_layout))
+    split = gl.program_id(2)
+    base = Out + split.to(gl.int64) * stride_os + w.off_b.to(gl.int64) * stride_ob + w.q_pos.to(gl.int64) * stride_om
+    gl.store(base + heads.to(gl.int64)[:, None] * stride_oh + cols[None, :], o.to(Out.dtype.element_ty))
+
+
+@gluon.jit
+def latent_decode_kernel(
+    q_desc, k_desc, Out, Lse, Flag, CacheSeqlens, CacheBatchIdx, BlockTable, stride_o, stride_lse, stride_bt,
+    nheads, seqlen_q, capacity, cache_rows, num_pages, page_size, qk_scale,
+    NUM_SPLITS: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SEQLENS: gl.constexpr, HAS_BATCH_IDX: gl.constexpr,
+    PAGED: gl.constexpr, FLAG_WORD: gl.constexpr,
+):
+    """Program (query position, batch x 64-head slot, split). q_desc: (batch, seqlen_q, heads, 576) in [1, 1, 64, 64]
+    boxes; k_desc: the cache (rows, capacity, 1, 576) or pages (num_pages, page_size, 1, 576) in [1, 64, 1, 64]
+    boxes. Out / Lse as kvcache_attention_kernel's with NUM_SPLITS (fp32 partials past 1); qk_scale: log2 units."""
+    w = _work(CacheSeqlens, CacheBatchIdx, nheads, seqlen_q, capacity, cache_rows, NUM_SPLITS, HAS_RIGHT,
+              HAS_SEQLENS, HAS_BATCH_IDX)
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [1, 1, HEADS, LATENT_V], q_desc.layout)
+    q_tail = gl.allocate_shared_memory(dtype, [1, 1, HEADS, CHUNK], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, LATENT_V], k_desc.layout)
+    k_tail = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, CHUNK], k_desc.layout)
+    p_smem = gl.allocate_shared_memory(dtype, [HEADS, BLOCK_N],
+                                       gl.NVMMASharedLayout.get_default_for([HEADS, BLOCK_N], dtype))
+    rows: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    alpha = gl.allocate_shared_memory(gl.float32, [HEADS], rows)
+    stats = gl.allocate_shared_memory(gl.float32, [HEADS], rows)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(kv_ready.index(s), count=1)
+        mbarrier.init(kv_empty.index(s), count=VALUE_WGS)
+    mbarrier.init(p_ready, count=1)
+    mbarrier.init(p_free, count=VALUE_WGS)
+    mbarrier.init(done, count=1)
+    sm = LatentSmem(q_smem, q_tail, k_smem, k_tail, p_smem, alpha, stats, q_bar, kv_ready,
+                    kv_empty, p_ready, p_free, done)
+    gl.warp_specialize([
+        (_scores, (sm, w, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale, page_size, num_pages, FLAG_WORD,
+                   NUM_SPLITS, PAGED)),
+        (_loader, (q_desc, k_desc, sm, w, BlockTable, stride_bt, page_size, num_pages, PAGED)),
+        (_values, (0, sm, w, Out, stride_o)),
+        (_values, (1, sm, w, Out, stride_o)),
+        (_values, (2, sm, w, Out, stride_o)),
+        (_values, (3, sm, w, Out, stride_o)),
+    ], [1, 4, 4, 4, 4], [LOADER_REGS, PV_REGS, PV_REGS, PV_REGS, PV_REGS])
+    mbarrier.invalidate(q_bar)
+    for s in gl.static_range(STAGES):
+        mbarrier.invalidate(kv_ready.index(s))
+        mbarrier.invalidate(kv_empty.index(s))
+    mbarrier.invalidate(p_ready)
+    mbarrier.invalidate(p_free)
+    mbarrier.invalidate(done)
+
+
+def can_implement(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k_new, cache_leftpad, block_table,
+                  opts) -> str | None:
+    """None when latent_decode_kernel runs this flash_attn_with_kvcache call, else why the Triton kernel does."""
+    from ..portable.kvcache import v_is_k_view
+
+    if common.INTERPRET:
+        return "the Triton interpreter cannot run Gluon"
+    if not runs_sm90a(q):
+        return "not an sm_90 (Hopper) GPU"
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        return f"dtype {q.dtype}"
+    if q.shape[-1] != int(LATENT_QK) or v_cache.shape[-1] != int(LATENT_V) or not v_is_k_view(k_cache, v_cache):
+        return "not MLA's latent cache (a 512-channel value cache viewing a 576-channel key cache)"
+    if opts.varlen:
+        return "packed queries (cu_seqlens_q)"
+    if k_cache.shape[2] != 1 or q.shape[2] % int(HEADS):
+        return f"{k_cache.shape[2]} kv heads, {q.shape[2]} query heads (the Gluon kernel: one, and a multiple of 64)"
+    if k_new is not None or cache_leftpad is not None:
+        return "appended keys or cache_leftpad"
+    if block_table is not None and k_cache.shape[1] % int(BLOCK_N):
+        return f"page size {k_cache.shape[1]} (the Gluon kernel reads whole 64-key tiles from a page)"
+    if opts.window_left >= 0 or opts.window_right > 0:
+        return "a sliding window"
+    if opts.softcap > 0.0 or opts.alibi_slopes is not None or opts.learnable_sink is not None:
+        return "softcap, ALiBi or a learnable sink"
+    if not tma_usable(q, k_cache):
+        return "a stride or base address that TMA cannot read (16-byte alignment, unit last stride)"
+    return None
+
+
+class LatentLaunch:
+    """KVCachePlan's attend for the calls can_implement takes: the same call (tensors as kvcache_attention_kernel's
+    launch gets them), o_strides / l_strides the plan's (split, batch, row, head) strides of Out and Lse."""
+
+    def __init__(self, q: torch.Tensor, k_cache: torch.Tensor, block_table, cache_seqlens, cache_batch_idx, opts,
+                 num_splits: int, o_strides: tuple, l_strides: tuple, flag_word: int) -> None:
+        batch, seqlen_q, nheads, _ = q.shape
+        paged = block_table is not None
+        if paged:
+            num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
+            capacity, cache_rows = block_table.shape[1] * page_size, block_table.shape[0]
+        else:
+            num_pages, page_size = 1, 1
+            capacity, cache_rows = k_cache.shape[1], k_cache.shape[0]
+        self.q_block, self.k_block = [1, 1, int(HEADS), int(CHUNK)], [1, int(BLOCK_N), 1, int(CHUNK)]
+        self.q_layout = shared_layout(self.q_block, q.dtype)
+        self.k_layout = shared_layout(self.k_block, q.dtype)
+        self.launch = Launch(
+            latent_decode_kernel, (seqlen_q, batch * (nheads // int(HEADS)), num_splits), (),
+            dict(stride_o=o_strides, stride_lse=l_strides, stride_bt=block_table.stride(0) if paged else 0,
+                 nheads=nheads, seqlen_q=seqlen_q, capacity=capacity, cache_rows=cache_rows, num_pages=num_pages,
+                 page_size=page_size, qk_scale=opts.kernel_args()["qk_scale"], NUM_SPLITS=num_splits,
+                 HAS_RIGHT=opts.window_right >= 0, HAS_SEQLENS=cache_seqlens is not None,
+                 HAS_BATCH_IDX=cache_batch_idx is not None, PAGED=paged, FLAG_WORD=flag_word),
+            num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG))
+
+    def __call__(self, q, k_cache, v_cache, out, lse, flag, cache_seqlens, cache_leftpad, cache_batch_idx,
+                 block_table, *unused) -> None:
+        q_desc = TensorDescriptor(q, list(q.shape), list(q.stride()), self.q_block, self.q_layout)
+        k_desc = TensorDescriptor(k_cache, list(k_cache.shape), list(k_cache.stride()), self.k_block, self.k_layout)
+        self.launch(q_desc, k_desc, out, lse, flag, cache_seqlens, cache_batch_idx, block_table)
+
+
+def compile_for_sm90(dtype: torch.dtype = torch.bfloat16, **flags):
+    """Compile latent_decode_kernel for sm_90 without a GPU (CI's check; flags: its constexprs, False when left
+    out, NUM_SPLITS 1)."""
+    from .common import compile_gluon
+
+    constants = dict(dict.fromkeys(("HAS_RIGHT", "HAS_SEQLENS", "HAS_BATCH_IDX", "PAGED"), False), NUM_SPLITS=1,
+                     FLAG_WORD=0)
+    constants.update(flags)
+    out = "*fp32" if constants["NUM_SPLITS"] > 1 else "*DTYPE"
+    types = dict(Out=out, Lse="*fp32", Flag="*i32", CacheSeqlens="*i32", CacheBatchIdx="*i32", BlockTable="*i32",
+                 qk_scale="fp32", stride_o=("i32",) * 4, stride_lse=("i32",) * 4)
+    for name in ("CacheSeqlens", "CacheBatchIdx", "BlockTable"):
+        flag = {"CacheSeqlens": "HAS_SEQLENS", "CacheBatchIdx": "HAS_BATCH_IDX", "BlockTable": "PAGED"}[name]
+        if not constants[flag]:
+            constants[name] = None
+    descriptors = dict(q_desc=[1, 1, int(HEADS), int(CHUNK)], k_desc=[1, int(BLOCK_N), 1, int(CHUNK)])
+    return compile_gluon(latent_decode_kernel, dtype, int(LATENT_QK), descriptors, types, constants, MAXNREG)
