@@ -248,12 +248,17 @@ def test_latent_cache_errors_name_the_problem():
 
 
 _COMPILE_LATENT = """
+import re
 import torch
 from flashattn2.kernels.sm90.latent import compile_for_sm90
 for flags in (dict(), dict(NUM_SPLITS=4, HAS_SEQLENS=True, HAS_BATCH_IDX=True),
               dict(PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=8)):
-    ptx = compile_for_sm90(torch.bfloat16, **flags).asm["ptx"]
+    kernel = compile_for_sm90(torch.bfloat16, **flags)
+    ptx = kernel.asm["ptx"]
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx, flags
+    # the launch needs warps x 32 x the register cap within the SM's 64K registers (else: out of resources)
+    regs = int(re.search(r"\\.maxnreg (\\d+)", ptx).group(1))
+    assert kernel.metadata.num_warps * 32 * regs <= 65536, (kernel.metadata.num_warps, regs)
 """
 
 

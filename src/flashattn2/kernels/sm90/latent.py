@@ -3,10 +3,10 @@ the key cache's first 512 channels (one kv head, 64-128 query heads). FlashMLA's
 
 - a program takes 64 query heads of one query position and a range of keys (split-KV: combine.py merges the
   ranges' fp32 partials, as for the Triton KV-cache kernel);
-- the loader brings Q once and each 64-key tile of the cache once (nine 64-column TMA boxes into a [64, 512] and
-  a [64, 64] buffer), two stages;
-- one warpgroup computes S = Q Kᵀ over the 576 columns and the online softmax, and hands P (bf16) and the rows'
-  rescale factors over through shared memory;
+- Q once and each 64-key tile of the cache once come by TMA (nine 64-column boxes into a [64, 512] and a [64, 64]
+  buffer), two stages;
+- one warpgroup issues those loads, computes S = Q Kᵀ over the 576 columns and the online softmax, and hands P
+  (bf16) and the rows' rescale factors over through shared memory;
 - four warpgroups each own a quarter of O ([64, 128] fp32: 64 registers a thread) and add P V with V the key tile's
   first 512 columns, so the cache is read once for both products.
 
@@ -42,15 +42,17 @@ from .gluon_api import (
 
 LATENT_QK, LATENT_V, CHUNK = gl.constexpr(576), gl.constexpr(512), gl.constexpr(64)
 HEADS = gl.constexpr(64)  # query heads per program (rows of S and O)
-BLOCK_N = gl.constexpr(64)  # keys per tile
+# keys per tile: 32 keys in 4 stages (more bytes in flight) measured 0.70-0.75x the speed: S = Q Kᵀ as m64n32
+# wgmmas reads 21 bytes of shared memory per 64 FLOP, past what shared memory feeds the tensor cores
+BLOCK_N = gl.constexpr(64)
 STAGES = gl.constexpr(2)  # key tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of the 227 KB
 # value warpgroups, each with O's columns [WG x 128, + 128) ([64, 128] fp32: 64 registers a thread). ptxas allocates
 # every partition within the launch's cap (setmaxnreg moves registers at run time only): two warpgroups of [64, 256]
-# need 154 for one m64n256 wgmma and spilled 272 bytes at 152, the most 13 warps allow; 21 warps (the scores
-# warpgroup, four value warpgroups, a one-warp loader) at 96 fill the 64K registers
+# need 154 for one m64n256 wgmma and spilled 272 bytes at 152; 20 warps (the scores warpgroup, which also issues
+# the loads, and four value warpgroups) at 96 fill the 64K registers
 VALUE_WGS = gl.constexpr(4)
 MAXNREG = 96
-LOADER_REGS, PV_REGS = gl.constexpr(24), gl.constexpr(96)
+PV_REGS = gl.constexpr(96)
 
 
 @aggregate
@@ -149,15 +151,22 @@ def _page(BlockTable, stride_bt, kv_row, start_n, page_size, num_pages, PAGED: g
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, sm: LatentSmem, w: LatentWork, BlockTable, stride_bt, page_size, num_pages,
-            PAGED: gl.constexpr):
+def _load_q(q_desc, sm: LatentSmem, w: LatentWork):
     MAIN: gl.constexpr = LATENT_V // CHUNK
     mbarrier.expect(sm.q_bar, (MAIN + 1) * q_desc.block_type.nbytes)
     for c in gl.static_range(MAIN):
         tma_load(q_desc, [w.off_b, w.q_pos, w.head0, c * CHUNK], sm.q_bar, sm.q.slice(c * CHUNK, CHUNK, dim=3))
     tma_load(q_desc, [w.off_b, w.q_pos, w.head0, LATENT_V], sm.q_bar, sm.q_tail)
-    i = 0
-    for start_n in range(w.n_lo, w.n_hi, BLOCK_N):
+
+
+@gluon.jit
+def _load_tile(k_desc, sm: LatentSmem, w: LatentWork, i, BlockTable, stride_bt, page_size, num_pages,
+               PAGED: gl.constexpr):
+    """Key tile i of the program's range into its stage, once every value warpgroup has read the stage's last tile
+    (nothing past the range)."""
+    MAIN: gl.constexpr = LATENT_V // CHUNK
+    start_n = w.n_lo + i * BLOCK_N
+    if start_n < w.n_hi:
         stage = i % STAGES
         mbarrier.wait(sm.kv_empty.index(stage), free_phase(i, STAGES))
         outer, row, _ = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
@@ -166,7 +175,6 @@ def _loader(q_desc, k_desc, sm: LatentSmem, w: LatentWork, BlockTable, stride_bt
         for c in gl.static_range(MAIN):
             tma_load(k_desc, [outer, row, 0, c * CHUNK], bar, sm.k.index(stage).slice(c * CHUNK, CHUNK, dim=3))
         tma_load(k_desc, [outer, row, 0, LATENT_V], bar, sm.k_tail.index(stage))
-        i += 1
 
 
 @gluon.jit
@@ -181,10 +189,11 @@ def _zero_rows_from(tile, first):
 
 
 @gluon.jit
-def _scores(sm: LatentSmem, w: LatentWork, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale, page_size,
-            num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr, PAGED: gl.constexpr):
+def _scores(q_desc, k_desc, sm: LatentSmem, w: LatentWork, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale,
+            page_size, num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr, PAGED: gl.constexpr):
     """S = Q Kᵀ of each tile, the online softmax, P and the rows' rescale factors to the value warpgroups; at the
-    end the rows' sums l and lse (NaN for a sequence that failed a check)."""
+    end the rows' sums l and lse (NaN for a sequence that failed a check). It also issues the TMA loads: a loader
+    warp would make 21 warps, which the launch rounds to 24, and 24 x 32 threads at 96 registers pass the 64K."""
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
     rows_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     dtype: gl.constexpr = sm.p.dtype
@@ -193,6 +202,9 @@ def _scores(sm: LatentSmem, w: LatentWork, Lse, Flag, BlockTable, stride_lse, st
     bad_page = w.bits * 0
     q = sm.q.reshape([HEADS, LATENT_V])
     q_tail = sm.q_tail.reshape([HEADS, CHUNK])
+    _load_q(q_desc, sm, w)
+    for j in gl.static_range(STAGES):
+        _load_tile(k_desc, sm, w, j, BlockTable, stride_bt, page_size, num_pages, PAGED)
     mbarrier.wait(sm.q_bar, 0)
     i = 0
     for start_n in range(w.n_lo, w.n_hi, BLOCK_N):
@@ -217,8 +229,10 @@ def _scores(sm: LatentSmem, w: LatentWork, Lse, Flag, BlockTable, stride_lse, st
         m_i = m_new
         if start_n + BLOCK_N > w.n_hi:  # the last tile: rows past the sequence may hold anything
             _zero_rows_from(k, w.n_hi - start_n)
-        # the value warpgroups have read the last P and factors
+        # the value warpgroups have read the last P and factors, hence tile i - 1: its stage takes tile i - 1 + STAGES
         mbarrier.wait(sm.p_free, free_phase(i, 1))
+        if i > 0:
+            _load_tile(k_desc, sm, w, i - 1 + STAGES, BlockTable, stride_bt, page_size, num_pages, PAGED)
         sm.p.store(p.to(dtype))
         sm.alpha.store(alpha)
         fence_async_shared()
@@ -310,14 +324,13 @@ def latent_decode_kernel(
     sm = LatentSmem(q_smem, q_tail, k_smem, k_tail, p_smem, alpha, stats, q_bar, kv_ready,
                     kv_empty, p_ready, p_free, done)
     gl.warp_specialize([
-        (_scores, (sm, w, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale, page_size, num_pages, FLAG_WORD,
-                   NUM_SPLITS, PAGED)),
-        (_loader, (q_desc, k_desc, sm, w, BlockTable, stride_bt, page_size, num_pages, PAGED)),
+        (_scores, (q_desc, k_desc, sm, w, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale, page_size,
+                   num_pages, FLAG_WORD, NUM_SPLITS, PAGED)),
         (_values, (0, sm, w, Out, stride_o)),
         (_values, (1, sm, w, Out, stride_o)),
         (_values, (2, sm, w, Out, stride_o)),
         (_values, (3, sm, w, Out, stride_o)),
-    ], [1, 4, 4, 4, 4], [LOADER_REGS, PV_REGS, PV_REGS, PV_REGS, PV_REGS])
+    ], [4, 4, 4, 4], [PV_REGS, PV_REGS, PV_REGS, PV_REGS])
     mbarrier.invalidate(q_bar)
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(kv_ready.index(s))
