@@ -271,6 +271,30 @@ def test_gluon_latent_decoding_compiles_for_sm90():
     assert run.returncode == 0, run.stderr[-4000:]
 
 
+def test_auto_takes_the_gluon_latent_kernel():
+    # host-side rule, so it runs anywhere: "auto" and "gluon" hand flash_attn_with_kvcache the Gluon latent attend
+    # ("triton" never); "auto" from AUTO_MIN_KEYS cached key positions over the batch (H100 A/B in
+    # benchmarks/NOTES.md: 1.4-2.5x the Triton kernel from batch 8, launch-bound and as fast below)
+    from flashattn2.kernels import backends
+    from flashattn2.kernels.sm90.latent import AUTO_MIN_KEYS, auto_declines
+
+    if not backends.GLUON_AVAILABLE:
+        pytest.skip("this Triton has no Gluon")
+    try:
+        for choice, expected in (("auto", True), ("gluon", True), ("triton", False)):
+            flashattn2.set_backend(choice)
+            assert (backends.kvcache_hopper() is not None) == expected, choice
+    finally:
+        flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
+    q1, q8 = torch.empty(1, 1, 128, 576), torch.empty(8, 1, 128, 576)
+    assert auto_declines(q1, torch.empty(1, AUTO_MIN_KEYS, 1, 576), None) is None
+    assert "key positions" in auto_declines(q1, torch.empty(1, AUTO_MIN_KEYS // 2, 1, 576), None)
+    assert auto_declines(q8, torch.empty(8, 4096, 1, 576), None) is None
+    pages, table = torch.empty(64, 64, 1, 576), torch.empty(1, 256, dtype=torch.int32)  # 16k keys of capacity
+    assert "key positions" in auto_declines(q1, pages, table)
+    assert auto_declines(q8, pages, torch.empty(8, 64, dtype=torch.int32)) is None
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not (DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)),
                     reason="needs an sm_90 GPU (the Gluon latent-decoding kernel)")

@@ -12,7 +12,8 @@ FLASHATTN2_BACKEND (read at import; set_backend() changes it) picks: "auto" (the
 where it can run the call and was measured faster: the forward at head dims 128/256 without softcap and at 64
 for dense calls from 2048 query rows (8192 causal), MLA's 192/128, FP8
 at head dims 64/128/256 without softcap, the backward at head dims 64, 128 and 256 and MLA's 192/128 but
-deterministic calls below 256 and causal calls under 1024 query rows at 64 and 128), "gluon" (Gluon
+deterministic calls below 256 and causal calls under 1024 query rows at 64 and 128, and flash_attn_with_kvcache
+over MLA's latent cache), "gluon" (Gluon
 wherever it can run the call) or "triton" (never Gluon: the way out for a user who hits a problem
 in the Gluon kernels). Calls that Gluon cannot run always take
 the Triton kernels; forward_backend() says which a call takes and why. Both forwards write the same
@@ -198,9 +199,9 @@ def flex_backward(dout, q, k, v, out, lse, block_mask, scale: float, bits, q_ids
 
 def kvcache_hopper():
     """flash_attn_with_kvcache's maker of a Gluon attend (sm90/latent.py: MLA's latent cache), for
-    portable.kvcache.KVCachePlan, or None. Only FLASHATTN2_BACKEND=gluon takes it: not yet measured against the Triton
-    kernel."""
-    if _choice != "gluon" or not GLUON_AVAILABLE:
+    portable.kvcache.KVCachePlan, or None. "auto" takes it where latent.can_implement does and latent.auto_declines
+    does not: 1.4-2.5x the Triton kernel from batch 8, 1.3-1.9x at batch 1 with 64k keys (H100, benchmarks/NOTES.md)."""
+    if _choice == "triton" or not GLUON_AVAILABLE:
         return None
     from .portable.cu_seqlens import KVCACHE_WORD
     from .sm90 import latent
@@ -208,6 +209,8 @@ def kvcache_hopper():
     def make(q, k_cache, v_cache, k_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, opts,
              num_splits, o_strides, l_strides):
         if latent.can_implement(q, k_cache, v_cache, k_new, cache_leftpad, block_table, opts) is not None:
+            return None
+        if _choice == "auto" and latent.auto_declines(q, k_cache, block_table) is not None:
             return None
         return latent.LatentLaunch(q, k_cache, block_table, cache_seqlens, cache_batch_idx, opts, num_splits,
                                    o_strides, l_strides, int(KVCACHE_WORD.value))
