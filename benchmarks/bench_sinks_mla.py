@@ -126,7 +126,8 @@ def mla(rows):
         del q, k, v, qt, kt, vt, q2, k2, v2
 
 
-def latent(rows, batches=(1, 8, 64), caches=(4096, 16384, 65536), heads=128):
+def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65536), heads=128):
+    import flashattn2
     from bench_decode import copy_bandwidth, paged
     from flashattn2 import flash_attn_with_kvcache
 
@@ -145,14 +146,20 @@ def latent(rows, batches=(1, 8, 64), caches=(4096, 16384, 65536), heads=128):
                 else:
                     k_cache, table = paged(kv, 64)
                 v_cache = k_cache[..., :512]  # the value cache is a view: the cache is read once
-                ms = _time_fwd(functools.partial(flash_attn_with_kvcache, q, k_cache, v_cache,
-                                                 cache_seqlens=seqlens, block_table=table))
-                gbps = batch * cache * 576 * 2 / ms / 1e6
-                row = {"group": "latent", "variant": f"576/512, {heads} heads, batch {batch}, cache {cache}, "
-                       f"{layout}", "fwd_ms": ms, "bwd_ms": None, "gbps": gbps, "of_copy": gbps / copy}
-                rows.append(row)
-                print(f"latent {row['variant']:58s} {ms:8.3f} ms  {gbps:7.0f} GB/s  {gbps / copy:.2f} of copy",
-                      flush=True)
+                for backend in backends:  # each backend of the same shape in turn: the same clocks
+                    flashattn2.set_backend(backend)
+                    ms = _time_fwd(functools.partial(flash_attn_with_kvcache, q, k_cache, v_cache,
+                                                     cache_seqlens=seqlens, block_table=table))
+                    gbps = batch * cache * 576 * 2 / ms / 1e6
+                    tflops = batch * heads * cache * (576 + 512) * 2 / ms / 1e9
+                    tag = "" if backends == ("auto",) else f", {backend}"
+                    row = {"group": "latent", "variant": f"576/512, {heads} heads, batch {batch}, cache {cache}, "
+                           f"{layout}{tag}", "fwd_ms": ms, "bwd_ms": None, "gbps": gbps, "of_copy": gbps / copy,
+                           "fwd_tflops": tflops}
+                    rows.append(row)
+                    print(f"latent {row['variant']:58s} {ms:8.3f} ms  {gbps:7.0f} GB/s  {gbps / copy:.2f} of copy  "
+                          f"{tflops:5.0f} TFLOP/s", flush=True)
+            flashattn2.set_backend("auto")
 
 
 def write(rows, meta, out_dir: Path, stem: str) -> list[Path]:
@@ -188,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", default="benchmarks/results")
     parser.add_argument("--tag", default=None)
     parser.add_argument("--only", choices=("sink", "mla", "latent"), default=None)
+    parser.add_argument("--latent-backends", default="auto",
+                        help="comma-separated backends timed in turn on each latent row (auto,gluon)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: this benchmark needs one", file=sys.stderr)
@@ -198,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "mla"):
         mla(rows)
     if args.only in (None, "latent"):
-        latent(rows)
+        latent(rows, tuple(args.latent_backends.split(",")))
     save(rows, write, argv, "python benchmarks/bench_sinks_mla.py", start, args.out_dir, args.tag)
     return 0
 
