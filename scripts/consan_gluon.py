@@ -1,6 +1,8 @@
 """Triton's concurrency sanitizer (ConSan) over the Gluon forward and backward kernels on a few shapes: it
 instruments every shared-memory access, barrier and async copy and stops the kernel on a race or a barrier misuse.
-Run on an sm_90 GPU: python scripts/consan_gluon.py [bwd] (bwd: the backward alone, its forward on Triton)"""
+Run on an sm_90 GPU: python scripts/consan_gluon.py [bwd | latent | persistent] (bwd: the backward alone, its
+forward on Triton; latent: the latent-cache decoding kernel; persistent: only the forward shape whose programs loop
+over several work items, the slowest under ConSan)"""
 
 import os
 import sys
@@ -35,6 +37,27 @@ BWD_SHAPES = [
     (1, 200, 2, 2, 128, True, True),
 ]
 
+if sys.argv[1:] == ["latent"]:
+    from flashattn2 import flash_attn_with_kvcache
+
+    torch.manual_seed(0)
+    cache = torch.randn(2, 256, 1, 576, device="cuda", dtype=torch.bfloat16)
+    seqlens = torch.tensor([37, 200], device="cuda", dtype=torch.int32)
+    q = torch.randn(2, 1, 128, 576, device="cuda", dtype=torch.bfloat16)
+    for num_splits in (1, 3):
+        results = {}
+        for backend in ("gluon", "triton"):
+            flashattn2.set_backend(backend)
+            results[backend] = flash_attn_with_kvcache(q, cache, cache[..., :512], cache_seqlens=seqlens,
+                                                       num_splits=num_splits)
+            torch.cuda.synchronize()
+        err = (results["gluon"].float() - results["triton"].float()).abs().max().item()
+        print(f"consan clean (latent decoding): splits={num_splits}, max |gluon - triton| {err:.2e}", flush=True)
+    sys.exit(0)
+
+if sys.argv[1:] == ["persistent"]:
+    SHAPES = [shape for shape in SHAPES if shape[2] == 160]
+
 if sys.argv[1:] == ["bwd"]:
     for batch, seqlen, heads, heads_k, head_dim, causal, deterministic in BWD_SHAPES:
         torch.manual_seed(0)
@@ -62,6 +85,7 @@ for batch, seqlen, heads, head_dim, causal in SHAPES:
     dout = torch.randn_like(q)
     results = {}
     for backend in ("gluon", "triton"):
+        print(f"running {backend}: b{batch} s{seqlen} h{heads} d{head_dim} causal={causal}", flush=True)
         flashattn2.set_backend(backend)
         out = flash_attn_func(q, k, v, causal=causal)
         # the Gluon dK/dV kernel exists at head dim 128 only

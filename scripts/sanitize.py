@@ -145,17 +145,45 @@ def sinks_mla():
     out.backward(torch.randn_like(out))
 
 
+def mla_gluon():
+    # the Gluon 192/128 forward and backward (Q and K in 64-column chunks), causal, cut tiles, GQA
+    flashattn2.set_backend("gluon")
+    q, k, _ = _dense(1, 200, 200, 4, 2, 192, grad=True)
+    v = torch.randn(1, 200, 2, 128, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    _fwd_bwd("mla-gluon", q, k, v, causal=True)
+
+
+def latent():
+    # sm90/latent.py: MLA decoding over one latent cache (value = the key cache's first 512 channels), 128 heads,
+    # lengths that cut tiles, dense with and without splits, then pages of 64
+    flashattn2.set_backend("gluon")
+    batch, capacity = 2, 256
+    cache = torch.randn(batch, capacity, 1, 576, device=DEVICE, dtype=torch.bfloat16)
+    seqlens = torch.tensor([37, 200], device=DEVICE, dtype=torch.int32)
+    q = torch.randn(batch, 1, 128, 576, device=DEVICE, dtype=torch.bfloat16)
+    for num_splits in (1, 3):
+        out = flash_attn_with_kvcache(q, cache, cache[..., :512], cache_seqlens=seqlens, num_splits=num_splits)
+        for b, n in enumerate(seqlens.tolist()):
+            ref, _ = attention_ref(q[b:b + 1], cache[b:b + 1, :n], cache[b:b + 1, :n, :, :512])
+            _close(f"latent splits={num_splits}", out[b:b + 1], ref)
+    pages = cache.view(batch * capacity // 64, 64, 1, 576)
+    table = torch.arange(batch * capacity // 64, device=DEVICE, dtype=torch.int32).flip(0).view(batch, -1)
+    out = flash_attn_with_kvcache(q, pages, pages[..., :512], cache_seqlens=seqlens, block_table=table)
+    assert torch.isfinite(out).all(), "latent paged: non-finite output"
+
+
 FAMILIES = {"fwd-triton": fwd_triton, "bwd-triton": bwd_triton, "fwd-gluon": fwd_gluon, "bwd-gluon": bwd_gluon,
-            "fp8": fp8, "kvcache": kvcache, "flex": flex, "sinks-mla": sinks_mla}
+            "fp8": fp8, "kvcache": kvcache, "flex": flex, "sinks-mla": sinks_mla, "mla-gluon": mla_gluon,
+            "latent": latent}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--family", choices=["all", *FAMILIES], default="all")
+    ap.add_argument("--family", choices=["all", *FAMILIES], nargs="+", default=["all"])
     args = ap.parse_args()
     torch.manual_seed(0)
     for name, run in FAMILIES.items():
-        if args.family in ("all", name):
+        if "all" in args.family or name in args.family:
             run()
             torch.cuda.synchronize()
             print(f"{name}: ok", flush=True)

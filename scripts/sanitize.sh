@@ -10,9 +10,9 @@ mkdir -p "$OUT"
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 SAN=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 families=("$@")
-[ ${#families[@]} -eq 0 ] && families=(fwd-triton bwd-triton fwd-gluon bwd-gluon fp8 kvcache flex sinks-mla)
+[ ${#families[@]} -eq 0 ] && families=(fwd-triton bwd-triton fwd-gluon bwd-gluon fp8 kvcache flex sinks-mla mla-gluon latent)
 # compile outside the sanitizer first (and check every result): the sanitized runs then only launch
-python3 scripts/sanitize.py --family all 2>&1 | tee "$OUT/plain.log" | tail -n 12
+python3 scripts/sanitize.py --family "${families[@]}" 2>&1 | tee "$OUT/plain.log" | tail -n 12
 [ "${PIPESTATUS[0]}" -ne 0 ] && echo "plain run failed: see $OUT/plain.log" | tee -a "$OUT/summary.txt"
 status=0
 for tool in ${TOOLS:-memcheck racecheck}; do
