@@ -6,7 +6,8 @@
 valid: flash_attn_func and flash_attn_varlen_func (forward and backward) over dtypes, head dims 1-256, lengths
 1-`--max-len` (cut tiles included), GQA ratios, causal, windows, softcap, ALiBi, softmax_scale and (dense calls)
 attention sinks and value head dims unlike the query's; flash_attn_with_kvcache over dense and paged caches (any
-page size) with per-sequence lengths, appended keys, rotary and split-KV; flash_attn_combine of key parts; FP8
+page size) with per-sequence lengths, appended keys, rotary and split-KV, and over MLA's latent cache (the Gluon
+kernel forced for half of those); flash_attn_combine of key parts; FP8
 inputs; and flex_attention over a family of mask_mods, with and without a score_mod. invalid: wrong dtypes, ranks,
 shapes, head counts, windows, dropout, softcap, scales and cu_seqlens, and (flash_attn_with_kvcache,
 flash_attn_combine) cache lengths, block tables, page sizes, latent caches, rotary tables, sinks and partials;
@@ -260,6 +261,65 @@ def _kvcache_case(rng: random.Random, lrng: random.Random, max_len: int, grads: 
     return desc, run
 
 
+def _latent_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
+    """flash_attn_with_kvcache over MLA's latent cache (576/512, one KV head): the value cache a view of the key
+    cache's first channels or a cache of its own, dense or paged; half the cases forced onto the Gluon kernel
+    (sm90/latent.py, where it takes the call; "auto" takes it only past 32k cached keys)."""
+    dtype = rng.choice((torch.float16, torch.bfloat16))
+    nheads = rng.choice((16, 64, 128))
+    batch, seqlen_q = lrng.randint(1, 3), rng.choice((1, 1, 2))
+    lens = [lrng.randint(0, max(1, max_len)) for _ in range(batch)]
+    capacity = max(max(lens), 1) + lrng.randint(0, 70)
+    page = rng.choice((None, None, 64, 128, 16))
+    view = rng.random() < 0.8
+    causal = rng.random() < 0.5
+    num_splits = rng.choice((0, 0, 1, 3))
+    backend = rng.choice(("auto", "gluon"))
+    desc = (f"flash_attn_with_kvcache (latent) batch={batch} seqlen_q={seqlen_q} cache_seqlens={lens} "
+            f"capacity={capacity} page_block_size={page} nheads={nheads} dtype={dtype} v_view={view} "
+            f"causal={causal} num_splits={num_splits} backend={backend}")
+
+    def run():
+        q = torch.randn(batch, seqlen_q, nheads, 576, device=DEVICE, dtype=dtype)
+        k_dense = torch.randn(batch, capacity, 1, 576, device=DEVICE, dtype=dtype)
+        v_dense = k_dense[..., :512] if view else torch.randn(batch, capacity, 1, 512, device=DEVICE, dtype=dtype)
+        for b, n in enumerate(lens):  # the capacity past each sequence is never read: NaN says so if it is
+            k_dense[b, n:] = float("nan")
+            if not view:
+                v_dense[b, n:] = float("nan")
+        seqlens = torch.tensor(lens, device=DEVICE, dtype=torch.int32)
+        block_table, k_cache, v_cache = None, k_dense, v_dense
+        if page is not None:
+            per_seq = -(-capacity // page)
+            order = torch.randperm(batch * per_seq, device=DEVICE)
+            block_table = order.view(batch, per_seq).to(torch.int32)
+            pools = []
+            for dense in (k_dense, v_dense) if not view else (k_dense,):
+                width = dense.shape[-1]
+                full = torch.full((batch, per_seq * page, 1, width), float("nan"), device=DEVICE, dtype=dtype)
+                full[:, :capacity] = dense
+                pool = torch.empty(batch * per_seq, page, 1, width, device=DEVICE, dtype=dtype)
+                pool[order] = full.view(batch * per_seq, page, 1, width)
+                pools.append(pool)
+            k_cache = pools[0]
+            v_cache = k_cache[..., :512] if view else pools[1]  # a value pool of its own: the same pages
+        flashattn2.set_backend(backend)
+        try:
+            out = flashattn2.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                                     block_table=block_table, causal=causal, num_splits=num_splits)
+        finally:
+            flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
+        for b, n in enumerate(lens):
+            if n == 0:  # a sequence with no key: out is 0 (flash_attn's convention)
+                assert torch.all(out[b] == 0), f"sequence {b} sees no key but its out is not 0"
+                continue
+            seq = (q[b:b + 1], k_dense[b:b + 1, :n], v_dense[b:b + 1, :n])
+            ref, pt = _references(functools.partial(attention_ref, causal=causal), seq, None, False)
+            _compare(f" (sequence {b})", out[b:b + 1], (), ref, pt)
+
+    return desc, run
+
+
 def _combine_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
     """flash_attn_combine of the keys split in parts (flash_attn_func's out and lse of each) against one call."""
     dtype = rng.choice((torch.float16, torch.bfloat16))
@@ -508,6 +568,9 @@ def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None =
             family = random.Random(f"{seed}-{i}-family")
             if family.random() < 0.2:
                 make = family.choice((_combine_case, _fp8_case))
+            # MLA's latent cache, from a generator of its own too
+            if random.Random(f"{seed}-{i}-latent").random() < 0.05:
+                make = _latent_case
             desc, run = make(rng, lrng, max_len, rng.random() < 0.5)
         pooled = f" --pool {pool}" if pool else ""
         repro = f"python scripts/fuzz.py --mode {mode} --seed {seed} --max-len {max_len}{pooled} --only {i}  # {desc}"
