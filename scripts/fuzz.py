@@ -536,22 +536,20 @@ def _invalid_inference_case(rng: random.Random) -> tuple[str, callable]:
 
 def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None = None,
               verbose: bool = False, time_limit: float | None = None, progress: int = 0, pool: int | None = None,
-              shard: tuple[int, int] = (0, 1), first: int = 0) -> tuple[list[str], int]:
+              shard: tuple[int, int] = (0, 1), first: int = 0, only_family: str | None = None) -> tuple[list[str], int]:
     """Run `cases` cases of a seed (stopping early past time_limit seconds); returns (the failures, one
     reproducer line each, printed as they happen; the number of cases run). pool: each case takes what
     decides its compiled kernels (entry point, dtype, head dim, options) from one of `pool` drawn templates and
     only its lengths and values of its own, so that a long run compiles a bounded set of variants. shard (w, n):
     this process runs cases i with i % n == w (n processes compile in parallel). first: the first case's index
-    (a later run goes on where an earlier one stopped)."""
+    (a later run goes on where an earlier one stopped). only_family: run only the valid cases drawn from that family
+    (e.g. "latent" for _latent_case), the others skipped with their numbers kept."""
     failures, ran, start = [], 0, time.monotonic()
     for i in [only] if only is not None else range(first, first + cases):
         if only is None and i % shard[1] != shard[0]:
             continue
         if time_limit is not None and time.monotonic() - start > time_limit:
             break
-        if progress and ran and ran % progress == 0:
-            print(f"{ran} cases, {len(failures)} failures, {time.monotonic() - start:.0f} s", flush=True)
-        ran += 1
         rng = lrng = random.Random(f"{seed}-{i}")
         torch.manual_seed(rng.randrange(2 ** 31))
         if pool:
@@ -571,7 +569,12 @@ def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None =
             # MLA's latent cache, from a generator of its own too
             if random.Random(f"{seed}-{i}-latent").random() < 0.05:
                 make = _latent_case
+            if only_family is not None and make.__name__ != f"_{only_family}_case":
+                continue
             desc, run = make(rng, lrng, max_len, rng.random() < 0.5)
+        if progress and ran and ran % progress == 0:
+            print(f"{ran} cases, {len(failures)} failures, {time.monotonic() - start:.0f} s", flush=True)
+        ran += 1
         pooled = f" --pool {pool}" if pool else ""
         repro = f"python scripts/fuzz.py --mode {mode} --seed {seed} --max-len {max_len}{pooled} --only {i}  # {desc}"
         if verbose:
@@ -631,6 +634,8 @@ def main() -> int:
                     help="draw each case's kernel variant from N templates (a bounded set of compiles)")
     ap.add_argument("--first", type=int, default=0, help="start at case N (go on after an earlier run)")
     ap.add_argument("--shard", default="0/1", help="W/N: run the cases i with i %% N == W")
+    ap.add_argument("--family", default=None, help="valid mode: only the cases of one family (dense, varlen, "
+                    "kvcache, flex, combine, fp8, latent); case numbers stay those of the full run")
     args = ap.parse_args()
     if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         print("no CUDA GPU: run with TRITON_INTERPRET=1 for the CPU interpreter", file=sys.stderr)
@@ -640,7 +645,7 @@ def main() -> int:
         # each shard its share of the GPU: one that needs more fails its own case (named), not its neighbours'
         torch.cuda.set_per_process_memory_fraction(0.9 / shard[1])
     failures, ran = run_cases(args.seed, args.cases, args.mode, args.max_len, args.only, args.verbose,
-                              args.time_limit, args.progress, args.pool, shard, args.first)
+                              args.time_limit, args.progress, args.pool, shard, args.first, args.family)
     print(f"{args.mode}: {ran} cases, {len(failures)} failures (seed {args.seed}, device {DEVICE})")
     if failures:
         # how many a looser reading would pass: FA3/FA4's allowance, or the Delta-from-rounded-out baseline
