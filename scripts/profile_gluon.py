@@ -5,7 +5,11 @@
         python scripts/profile_gluon.py --case mla
 
 --case d128 (the default): the forward (d128 bf16, 1k and 16k) and both dK/dV kernels (16k). --case mla: MLA's 192/128
-forward and backward, causal, 16 heads, 16k tokens (the backward's dQ bulk reduce-adds: benchmarks/NOTES.md)."""
+forward and backward, causal, 16 heads, 16k tokens (the backward's dQ bulk reduce-adds: benchmarks/NOTES.md).
+--case latent: the Gluon latent-decoding kernel (576/512, 128 heads, batch 64, 16k cache), where its warps stall:
+
+    ncu --section WarpStateStats --section SourceCounters -k regex:latent \\
+        python scripts/profile_gluon.py --case latent"""
 
 import argparse
 
@@ -38,7 +42,19 @@ def mla() -> None:
     torch.cuda.synchronize()
 
 
+def latent() -> None:
+    from flashattn2 import flash_attn_with_kvcache
+
+    flashattn2.set_backend("gluon")
+    cache = torch.randn(64, 16384, 1, 576, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(64, 1, 128, 576, device="cuda", dtype=torch.bfloat16)
+    seqlens = torch.full((64,), 16384, device="cuda", dtype=torch.int32)
+    for _ in range(2):
+        flash_attn_with_kvcache(q, cache, cache[..., :512], cache_seqlens=seqlens)
+    torch.cuda.synchronize()
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python scripts/profile_gluon.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--case", choices=("d128", "mla"), default="d128")
-    {"d128": d128, "mla": mla}[parser.parse_args().case]()
+    parser.add_argument("--case", choices=("d128", "mla", "latent"), default="d128")
+    {"d128": d128, "mla": mla, "latent": latent}[parser.parse_args().case]()
