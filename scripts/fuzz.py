@@ -177,6 +177,23 @@ def _varlen_case(rng: random.Random, lrng: random.Random, max_len: int, grads: b
     return desc, run
 
 
+def _paged(denses, page: int, fill: float):
+    """(block table, page pools) holding the dense caches (batch, capacity, ...) in pages of `page` rows in a
+    shuffled order; rows past the capacity hold `fill`."""
+    batch, capacity = denses[0].shape[:2]
+    per_seq = -(-capacity // page)
+    order = torch.randperm(batch * per_seq, device=DEVICE)
+    pools = []
+    for dense in denses:
+        rest = dense.shape[2:]
+        full = torch.full((batch, per_seq * page, *rest), fill, device=DEVICE, dtype=dense.dtype)
+        full[:, :capacity] = dense
+        pool = torch.empty(batch * per_seq, page, *rest, device=DEVICE, dtype=dense.dtype)
+        pool[order] = full.view(batch * per_seq, page, *rest)
+        pools.append(pool)
+    return order.view(batch, per_seq).to(torch.int32), pools
+
+
 def _kvcache_case(rng: random.Random, lrng: random.Random, max_len: int, grads: bool) -> tuple[str, callable]:
     """flash_attn_with_kvcache over a dense or paged cache (any page size) with per-sequence lengths."""
     dtype = rng.choice((torch.float16, torch.bfloat16))
@@ -209,18 +226,7 @@ def _kvcache_case(rng: random.Random, lrng: random.Random, max_len: int, grads: 
         seqlens = torch.tensor(lens, device=DEVICE, dtype=torch.int32)
         block_table, k_cache, v_cache = None, k_dense, v_dense
         if page is not None:
-            per_seq = -(-capacity // page)
-            order = torch.randperm(batch * per_seq, device=DEVICE)
-            block_table = order.view(batch, per_seq).to(torch.int32)
-            padded = per_seq * page
-            pages = []
-            for dense in (k_dense, v_dense):
-                full = torch.zeros(batch, padded, nheads_k, head_dim, device=DEVICE, dtype=dtype)
-                full[:, :capacity] = dense
-                cache = torch.empty(batch * per_seq, page, nheads_k, head_dim, device=DEVICE, dtype=dtype)
-                cache[order] = full.view(batch * per_seq, page, nheads_k, head_dim)
-                pages.append(cache)
-            k_cache, v_cache = pages
+            block_table, (k_cache, v_cache) = _paged((k_dense, v_dense), page, 0.0)
         extra = {}
         if append:
             extra["k"], extra["v"] = (torch.randn(batch, seqlen_q, nheads_k, head_dim, device=DEVICE, dtype=dtype)
@@ -290,17 +296,7 @@ def _latent_case(rng: random.Random, lrng: random.Random, max_len: int, grads: b
         seqlens = torch.tensor(lens, device=DEVICE, dtype=torch.int32)
         block_table, k_cache, v_cache = None, k_dense, v_dense
         if page is not None:
-            per_seq = -(-capacity // page)
-            order = torch.randperm(batch * per_seq, device=DEVICE)
-            block_table = order.view(batch, per_seq).to(torch.int32)
-            pools = []
-            for dense in (k_dense, v_dense) if not view else (k_dense,):
-                width = dense.shape[-1]
-                full = torch.full((batch, per_seq * page, 1, width), float("nan"), device=DEVICE, dtype=dtype)
-                full[:, :capacity] = dense
-                pool = torch.empty(batch * per_seq, page, 1, width, device=DEVICE, dtype=dtype)
-                pool[order] = full.view(batch * per_seq, page, 1, width)
-                pools.append(pool)
+            block_table, pools = _paged((k_dense,) if view else (k_dense, v_dense), page, float("nan"))
             k_cache = pools[0]
             v_cache = k_cache[..., :512] if view else pools[1]  # a value pool of its own: the same pages
         flashattn2.set_backend(backend)

@@ -266,6 +266,15 @@ def pack_group(seqlen_q: int, group: int) -> int:
                 and triton.next_power_of_2(g) <= MAX_BLOCK_M)
 
 
+def cache_geometry(k_cache: torch.Tensor, block_table) -> tuple[int, int, int, int]:
+    """(num_pages, page_size, capacity, cache_rows) of a dense cache (rows, capacity, ...) or of pages (num_pages,
+    page_size, ...) with a block table (rows, pages per row): a dense cache is one page of one row."""
+    if block_table is not None:
+        num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
+        return num_pages, page_size, block_table.shape[1] * page_size, block_table.shape[0]
+    return 1, 1, k_cache.shape[1], k_cache.shape[0]
+
+
 def v_is_k_view(k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
     """The value cache is the key cache's first channels (one latent cache): same storage, start and row strides."""
     return (v_cache.data_ptr() == k_cache.data_ptr() and v_cache.stride()[:-1] == k_cache.stride()[:-1]
@@ -343,12 +352,7 @@ class KVCachePlan:
         nheads_k = k_cache.shape[2]
         group = nheads // nheads_k
         paged = block_table is not None
-        if paged:
-            num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
-            capacity, cache_rows = block_table.shape[1] * page_size, block_table.shape[0]
-        else:
-            num_pages, page_size = 1, 1
-            capacity, cache_rows = k_cache.shape[1], k_cache.shape[0]
+        num_pages, page_size, capacity, cache_rows = cache_geometry(k_cache, block_table)
         seqlen_new = 0 if k_new is None else k_new.shape[1]
         block_d = padded_head_dim(head_dim)
         # MLA's latent cache: V (and out) narrower than Q and K; Q K^T over 64-column chunks past 256

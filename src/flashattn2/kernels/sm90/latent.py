@@ -24,7 +24,7 @@ import torch
 from .. import common
 from ..common import runs_sm90a
 from ..launch import Launch
-from ..portable.kvcache import cache_sequence
+from ..portable.kvcache import cache_geometry, cache_sequence
 from ..tma import tma_usable
 from .common import free_phase, ready_phase, wgmma_layout
 from .gluon_api import (
@@ -377,8 +377,7 @@ AUTO_MIN_KEYS = 32768
 
 def auto_declines(q: torch.Tensor, k_cache: torch.Tensor, block_table) -> str | None:
     """Why "auto" keeps a call this kernel can run on the Triton kernel (static shapes only: no sync)."""
-    capacity = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
-    keys = q.shape[0] * capacity
+    keys = q.shape[0] * cache_geometry(k_cache, block_table)[2]
     if keys < AUTO_MIN_KEYS:
         return f"{keys} cached key positions (batch x capacity): the Triton kernel is as fast below {AUTO_MIN_KEYS}"
     return None
@@ -392,12 +391,7 @@ class LatentLaunch:
                  num_splits: int, o_strides: tuple, l_strides: tuple, flag_word: int) -> None:
         batch, seqlen_q, nheads, _ = q.shape
         paged = block_table is not None
-        if paged:
-            num_pages, page_size = k_cache.shape[0], k_cache.shape[1]
-            capacity, cache_rows = block_table.shape[1] * page_size, block_table.shape[0]
-        else:
-            num_pages, page_size = 1, 1
-            capacity, cache_rows = k_cache.shape[1], k_cache.shape[0]
+        num_pages, page_size, capacity, cache_rows = cache_geometry(k_cache, block_table)
         self.q_block, self.k_block = [1, 1, int(HEADS), int(CHUNK)], [1, int(BLOCK_N), 1, int(CHUNK)]
         self.q_layout = shared_layout(self.q_block, q.dtype)
         self.k_layout = shared_layout(self.k_block, q.dtype)
