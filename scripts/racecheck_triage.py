@@ -1,0 +1,96 @@
+"""Group compute-sanitizer racecheck reports by (hazard, writing line, reading line) and sort them into the patterns
+read before (issue 30), so that a log of thousands of reports becomes a short table:
+
+    compute-sanitizer --tool racecheck --racecheck-report all --print-limit 0 --show-backtrace no \\
+        python scripts/sanitize.py --family latent > racecheck-latent.log 2>&1
+    python scripts/racecheck_triage.py racecheck-latent.log [--ordered latent.py:235,latent.py:270 ...]
+
+Patterns:
+- `ws-state`: written at the kernel's `def` line by lane 31 of a default-partition warp and read there by a worker
+  warp: the state word of Triton's warp-specialisation dispatch, ordered by a named barrier racecheck does not pair;
+- `ordered`: a (write line, read line) pair given with --ordered, i.e. one the kernel orders through an mbarrier
+  (racecheck does not model mbarrier waits; ConSan, scripts/consan_gluon.py, does);
+- `unexplained`: everything else, to read against the kernel's barrier protocol.
+Exit status 1 when any report is unexplained."""
+
+import argparse
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+HAZARD = re.compile(r"Potential (\w+) hazard detected at __shared__ (0x[0-9a-f]+)")
+ACCESS = re.compile(r"(Write|Read) Thread \((\d+),\d+,\d+\) at (\S+?)\+0x[0-9a-f]+ in (\S+:\d+)")
+SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards displayed \((\d+) errors")
+
+
+def parse(lines):
+    """(kind, kernel, write line, read line, write thread, read thread) per report."""
+    reports, current = [], None
+    for line in lines:
+        m = HAZARD.search(line)
+        if m:
+            current = {"kind": m.group(1)}
+            continue
+        m = ACCESS.search(line)
+        if m and current is not None:
+            side = m.group(1).lower()
+            current[side] = (int(m.group(2)), m.group(3), m.group(4))
+            if "write" in current and "read" in current:
+                reports.append(current)
+                current = None
+    return reports
+
+
+def is_def_line(where: str, src: Path) -> bool:
+    """Whether file.py:N (found under src) is a `def` line: where Triton attributes its dispatch state."""
+    name, line = where.rsplit(":", 1)
+    for path in src.rglob(name):
+        text = path.read_text().splitlines()
+        if 0 < int(line) <= len(text) and text[int(line) - 1].lstrip().startswith("def "):
+            return True
+    return False
+
+
+def classify(report, ordered: set, src: Path) -> str:
+    (w_thread, _, w_line), (r_thread, _, r_line) = report["write"], report["read"]
+    # lane 31 of a default-partition warp writes, a worker warp's lane reads, both at the kernel's def line
+    if w_line == r_line and w_thread % 32 == 31 and r_thread >= 128 and is_def_line(w_line, src):
+        return "ws-state"
+    if (w_line, r_line) in ordered:
+        return "ordered"
+    return "unexplained"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("logs", nargs="+")
+    ap.add_argument("--ordered", action="append", default=[],
+                    help="WRITE_LINE,READ_LINE (file.py:N,file.py:M) that an mbarrier orders; repeatable")
+    ap.add_argument("--src", default=str(SRC), help="the source tree that ran (line numbers are its own)")
+    args = ap.parse_args(argv)
+    ordered = {tuple(pair.split(",")) for pair in args.ordered}
+    unexplained = 0
+    for path in args.logs:
+        with open(path, errors="replace") as f:
+            lines = f.readlines()
+        reports = parse(lines)
+        summary = [SUMMARY.search(line) for line in lines]
+        summary = [m for m in summary if m]
+        errors = sum(int(m.group(2)) for m in summary)
+        groups = Counter((classify(r, ordered, Path(args.src)), r["kind"], r["write"][2], r["read"][2])
+                         for r in reports)
+        print(f"{path}: {len(reports)} reports parsed, {errors} errors in the summary line(s)")
+        if errors > len(reports):
+            print("  (not every report was printed: run with --print-limit 0)")
+        for (pattern, kind, w_line, r_line), count in sorted(groups.items(), key=lambda x: (x[0][0], -x[1])):
+            print(f"  {pattern:12s} {kind} write {w_line:24s} read {r_line:24s} {count}")
+            if pattern == "unexplained":
+                unexplained += count
+    return 1 if unexplained else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
