@@ -67,6 +67,11 @@ VARIANTS = [
     (64, torch.bfloat16, {"THREE_CONSUMERS": True, "Q_STAGES=2": True, "MAY_SPILL": True}),
     (64, torch.float16, {"THREE_CONSUMERS": True, "HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True,
                          "MAY_SPILL": True}),
+    # the same compiled without `.maxnreg` (FREE_REGS: each consumer the 160 registers its setmaxnreg grants): no
+    # spills, the launch still within 128 registers a thread
+    (64, torch.float16, {"THREE_CONSUMERS": True, "HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True,
+                         "FREE_REGS=1": True}),
+    (64, torch.bfloat16, {"THREE_CONSUMERS": True, "Q_STAGES=2": True, "FREE_REGS=1": True}),
     # O staged apart from Q (SEPARATE_O: the default of dense d64 causal and d128 calls; at d128 with 2 stages)
     (64, torch.bfloat16, {"SEPARATE_O=1": True, "HAS_RIGHT": True, "REVERSE_M": True}),
     (128, torch.float16, {"SEPARATE_O=1": True, "STAGES=2": True, "Q_STAGES=2": True}),
@@ -96,6 +101,39 @@ VARIANTS = [
     (128, torch.bfloat16, {"BLOCK_SPARSE": True, "REVERSE_M": True, "MOD_ALIBI": True, "MAY_SPILL": True}),
     (128, torch.bfloat16, {"BWD": True, "BLOCK_SPARSE": True, "MOD_SOFTCAP": True, "MAY_SPILL": True}),
 ]
+
+
+def test_free_registers_drops_maxnreg_only_while_compiling():
+    # the stage hook sits in Triton's knobs only inside the context, chains a hook already there, and edits only
+    # PTX that moves registers (setmaxnreg) under a thread count (.reqntid)
+    import triton
+
+    from flashattn2.kernels.sm90.common import free_registers, strip_maxnreg
+
+    ws = ".reqntid 384\n.maxnreg 168\n{\nsetmaxnreg.inc.sync.aligned.u32 232;\n}\n"
+    assert ".maxnreg" not in strip_maxnreg(ws) and ".reqntid 384" in strip_maxnreg(ws)
+    plain = ".reqntid 128\n.maxnreg 255\n{\n}\n"
+    assert strip_maxnreg(plain) == plain
+    calls = []
+    runtime = triton.knobs.runtime
+    saved = runtime.add_stages_inspection_hook
+
+    def outer(*args):
+        calls.append(len(args))
+        return ("outer", "0") if not args else None
+
+    runtime.add_stages_inspection_hook = outer
+    try:
+        with free_registers():
+            hook = runtime.add_stages_inspection_hook
+            assert hook is not outer
+            stages = {"ptx": lambda src, metadata: src}
+            hook(None, stages, None, None, 90)
+            assert stages["ptx"](ws, {}) == strip_maxnreg(ws)
+            assert hook()[0].startswith("outer")  # the cache key (triton >= 3.7) keeps the outer hook's
+        assert runtime.add_stages_inspection_hook is outer and calls == [5, 0]
+    finally:
+        runtime.add_stages_inspection_hook = saved
 
 
 def _ptxas_report(ptxas: str, ptx_path: str, tmp_path) -> str:
@@ -143,6 +181,8 @@ def test_gluon_variant_compiles_for_sm90(head_dim, dtype, flags, tmp_path):
     assert "wgmma.mma_async" in ptx, "no wgmma: the matmuls fell off the Hopper tensor-core path"
     assert "cp.async.bulk.tensor" in ptx, "no TMA copies"
     assert "setmaxnreg" in ptx, "no register reallocation between producer and consumers"
+    if "FREE_REGS=1" in flags:
+        assert ".maxnreg" not in ptx and ".reqntid" in ptx, "FREE_REGS: the PTX keeps the launch's register cap"
     report = _ptxas_report(run.stdout.strip(), ptx_path, tmp_path)
     assert "C7510" not in report and "C7515" not in report, f"ptxas serialised the wgmma pipeline:\n{report}"
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
@@ -424,18 +464,19 @@ def test_gluon_forward_stress(dtype, shape, gluon_backend):
 @pytest.mark.parametrize("shape", [s for s in STRESS if s[5] == 64] + [(2, 1000, 1000, 4, 2, 64, {"causal": True}),
                                                                     (1, 385, 600, 2, 2, 64, {})],
                          ids=lambda s: "x".join(map(str, s[:6])) + "-" + "-".join(s[6]))
-def test_gluon_forward_three_consumers(shape, gluon_backend, monkeypatch):
+@pytest.mark.parametrize("free_regs", [False, True], ids=["capped", "free-regs"])
+def test_gluon_forward_three_consumers(shape, free_regs, gluon_backend, monkeypatch):
     # CONSUMERS=3 (192-row items, FlashAttention-3's d64 tile): both grids (gluon_backend), causal calls on the
-    # schedule, against float64; packed batches too
+    # schedule, against float64; packed batches too; compiled with and without `.maxnreg` (FREE_REGS)
     from flashattn2.kernels.sm90 import forward as fwd_sm90
 
-    three = dict(fwd_sm90.CONFIGS[64], CONSUMERS=3, PINGPONG=False)
+    three = dict(fwd_sm90.CONFIGS[64], CONSUMERS=3, PINGPONG=False, FREE_REGS=free_regs)
     monkeypatch.setattr(fwd_sm90, "CONFIGS", {**fwd_sm90.CONFIGS, 64: three})
     flashattn2.set_backend("gluon")
     q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
     out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
     plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
-    assert plan.attend.named["CONSUMERS"] == 3
+    assert plan.attend.named["CONSUMERS"] == 3 and plan.attend.named["FREE_REGS"] == free_regs
     check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
     lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(7, head_dim=64)
     out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,

@@ -10,6 +10,8 @@ in portable/forward.py, backward.py) keys it on everything Triton specialises on
 that is the dtypes and the 16-byte alignment of the tensors.
 """
 
+import contextlib
+
 import triton
 
 from .common import INTERPRET
@@ -47,10 +49,11 @@ class Launch:
     (runtime values and constexprs). Of the options every kernel may take (params.OPTION_ARGS, what
     AttnOptions.kernel_args() gives), those this kernel lacks are left out; any other name it lacks is an error."""
 
-    __slots__ = ("kernel", "grid", "scalars", "named", "num_warps", "num_stages", "options", "_compiled", "_tail")
+    __slots__ = ("kernel", "grid", "scalars", "named", "num_warps", "num_stages", "options", "compiling", "_compiled",
+                 "_tail")
 
     def __init__(self, kernel, grid: tuple[int, int, int], scalars: tuple, named: dict, num_warps: int = 4,
-                 num_stages: int = 2, options: dict | None = None) -> None:
+                 num_stages: int = 2, options: dict | None = None, compiling=None) -> None:
         params = set(kernel.arg_names)
         unknown = sorted(name for name in named if name not in params and name not in OPTION_ARGS)
         if unknown:
@@ -60,6 +63,8 @@ class Launch:
         self.num_warps, self.num_stages = num_warps, num_stages
         # further compile options (Gluon kernels: maxnreg)
         self.options = options or {}
+        # a context manager entered around Triton's path, which compiles (sm90's free_registers)
+        self.compiling = compiling or contextlib.nullcontext
         self._compiled = self._tail = None
 
     def __call__(self, *tensors) -> None:
@@ -69,8 +74,9 @@ class Launch:
             compiled.run(g[0], g[1], g[2], _current_stream(), compiled.function, compiled.packed_metadata, None, None,
                          None, *tensors, *self._tail)
             return
-        compiled = self.kernel[self.grid](*tensors, *self.scalars, **self.named, num_warps=self.num_warps,
-                                          num_stages=self.num_stages, **self.options)
+        with self.compiling():
+            compiled = self.kernel[self.grid](*tensors, *self.scalars, **self.named, num_warps=self.num_warps,
+                                              num_stages=self.num_stages, **self.options)
         if not INTERPRET and compiled is not None:
             # every argument after the tensors, in the kernel's parameter order
             names = self.kernel.arg_names[len(tensors) + len(self.scalars):]

@@ -1,7 +1,12 @@
 """What the Hopper (sm_90) Gluon kernels share: wgmma's layouts, the reasons both decline a call, TMA
 descriptors of the inputs, and their compile-only check for sm_90 (CI has no GPU)."""
 
+import contextlib
+import hashlib
+import re
+
 import torch
+import triton
 
 from .. import common
 from ..common import runs_sm90a
@@ -313,11 +318,10 @@ def mod_signature(mod, constants: dict, types: dict) -> None:
 
 
 def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[str, int], types: dict[str, str],
-                  constants: dict, maxnreg: int):
+                  constants: dict, maxnreg: int, free_regs: bool = False):
     """Compile a Gluon kernel of these modules for sm_90 without a GPU (`triton.compile` with a CUDA target).
     descriptors: descriptor argument -> tile rows (or the whole block); types: the other non-int32 arguments'
-    types (DTYPE: the inputs' type)."""
-    import triton
+    types (DTYPE: the inputs' type); free_regs: compile under free_registers, as the launch does."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -332,4 +336,47 @@ def compile_gluon(kernel, dtype: torch.dtype, head_dim: int, descriptors: dict[s
     signature = {n: "constexpr" if n in constants else types.get(n, ("i32",) * TUPLE_STRIDES[n] if n in TUPLE_STRIDES
                                                                    else "i32") for n in names}
     source = GluonASTSource(kernel, signature, {(names.index(n),): value for n, value in constants.items()})
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))
+    with free_registers() if free_regs else contextlib.nullcontext():
+        return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))
+
+
+# ptxas allocates registers within PTX's `.maxnreg` everywhere, setmaxnreg regions included; without it (the launch
+# still bounded by `.reqntid`) each warp-specialised partition gets what its setmaxnreg grants, as CUDA's
+# warp-specialised kernels do. Triton always writes `.maxnreg` (the launch's cap), so free_registers drops it.
+_MAXNREG_LINE = re.compile(r"^[ \t]*\.maxnreg[ \t]+\d+[ \t]*\n", re.MULTILINE)
+_FREE_REGS_KEY = "flashattn2-free-registers-v1"
+
+
+def strip_maxnreg(ptx: str) -> str:
+    """PTX without its `.maxnreg` directive, for kernels that move registers with setmaxnreg (else unchanged)."""
+    if "setmaxnreg" not in ptx or ".reqntid" not in ptx:
+        return ptx
+    return _MAXNREG_LINE.sub("", ptx)
+
+
+@contextlib.contextmanager
+def free_registers():
+    """While a Gluon kernel compiles (Launch's first call, compile_gluon): its PTX loses `.maxnreg`, so that ptxas
+    sizes each partition by its setmaxnreg (the three-consumer d64 forward: no spills at 160 registers, where the
+    launch's cap of 128 spilled). Triton's stage hook is set only for the compile and put back after; from triton
+    3.7 the hook's key joins the cache key, so a kernel compiled under it is cached apart."""
+    runtime = triton.knobs.runtime
+    previous = runtime.add_stages_inspection_hook
+
+    def hook(*args):
+        if not args:  # triton >= 3.7 asks for a cache key first
+            key = _FREE_REGS_KEY
+            if previous is not None:
+                key = previous()[0] + key
+            return key, hashlib.sha256(key.encode()).hexdigest()
+        if previous is not None:
+            previous(*args)
+        stages = args[1]
+        make_ptx = stages["ptx"]
+        stages["ptx"] = lambda src, metadata: strip_maxnreg(make_ptx(src, metadata))
+
+    runtime.add_stages_inspection_hook = hook
+    try:
+        yield
+    finally:
+        runtime.add_stages_inspection_hook = previous

@@ -19,11 +19,9 @@ from .backward import CONFIGS as BWD_CONFIGS
 from .backward import MAXNREG as BWD_MAXNREG
 from .backward import attention_bwd_sm90_kernel, dq_block
 from .common import WG_M, descriptor, sm90_declines
-from .forward import CONFIGS, MAXNREG, attention_fwd_sm90_kernel
+from .forward import CONFIGS, HOST_TUNING_KEYS, MAXNREG, attention_fwd_sm90_kernel
 from .gluon_api import shared_layout
 
-# the dense kernel's keys that place its items (a flex launch runs one program per item, two consumers)
-_GRID_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS", "ITEM_COST")
 CONSUMERS = 2
 _LOG2E = 1.4426950408889634
 # the backward's tiles with a score_mod, where they differ from the dense ones: at head dim 64 the mod's arithmetic
@@ -70,7 +68,7 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
         return out, lse.fill_(float("-inf"))
     tuning = dict(CONFIGS[head_dim], CONSUMERS=CONSUMERS)
     l2_share = tuning["L2_SECTIONS"]
-    for key in _GRID_KEYS:
+    for key in HOST_TUNING_KEYS:  # a flex launch runs one program per item, two consumers, the launch's cap
         del tuning[key]
     block_n = tuning["BLOCK_N"]
     section = 1

@@ -47,6 +47,7 @@ from .common import (
     compile_gluon,
     descriptor,
     free_phase,
+    free_registers,
     mod_signature,
     p_layout,
     ready_phase,
@@ -92,8 +93,14 @@ from .gluon_api import (
 # tile (192 rows); without ping-pong or FP8, and with less registers each (CONSUMER_REGS): d64 non-causal from 2k
 # (CONFIGS_NONCAUSAL); causal lost 15-40% at 512-4k (it spills on the schedule's path).
 # the keys every entry shares: a persistent grid where items cost alike, the options above off, two consumers
+# FREE_REGS: compile under common.free_registers (no `.maxnreg`: each partition as many registers as its setmaxnreg
+# grants; the three-consumer d64 kernel stops spilling); prepared, not yet measured, so off everywhere
 _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2, ITEM_COST=1, Q_STAGES=1,
-             LAZY_O_WAIT=False)
+             LAZY_O_WAIT=False, FREE_REGS=False)
+# the tuning keys the host reads (launch grid, schedule): not kernel arguments. FREE_REGS is read by the host too,
+# and passed as an argument the kernel ignores, so that Triton caches the two compiles apart (triton 3.6 keys its
+# cache on the arguments, not on the stage hook)
+HOST_TUNING_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS", "ITEM_COST")
 CONFIGS = {
     64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, L2_SECTIONS=0, **_GRID),
     128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, L2_SECTIONS=4, **_GRID),
@@ -663,7 +670,7 @@ def attention_fwd_sm90_kernel(
     KvNum=None, KvIndices=None, PartialIds=None, FullNum=None, FullIndices=None, MaskBits=None, stride_num=None,
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
     MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, mod_scale=1.0,
-    QK_CHUNKS: gl.constexpr = 1,
+    QK_CHUNKS: gl.constexpr = 1, FREE_REGS: gl.constexpr = False,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -680,7 +687,7 @@ def attention_fwd_sm90_kernel(
     no key, as FlexAttention gives. A score_mod (MOD_FN, see ScoreMod; captures: its tensors, mod_scale: the
     softmax scale, qk_scale then log2(e)) applies to every score before the mask. QK_CHUNKS > 1 (a value head dim
     unlike the query's, MLA's 192/128): q/k_desc hand out 64-column tiles, QK_CHUNKS per row tile, and O leaves
-    through pointer stores."""
+    through pointer stores. FREE_REGS is not read here: it keys the compile made under common.free_registers."""
     stride_om, stride_oh = stride_o
     stride_lse_b, stride_lse_h = stride_lse
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]  # Q and K tiles' width (a chunk's with QK_CHUNKS > 1)
@@ -815,6 +822,7 @@ class Sm90ForwardPlan:
         num_tiles = cdiv(seqlen_q, block_m) * batch * nheads
         section, l2_share = 1, tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
         item_cost = tuning.pop("ITEM_COST")
+        free_regs = tuning["FREE_REGS"]
         persistent, walk = grid_choice(tuning, opts.window_right >= 0, varlen)
         if walk == "scheduled" and (num_tiles > MAX_SCHEDULED_ITEMS or
                                     q.is_cuda and torch.cuda.is_current_stream_capturing()):
@@ -864,7 +872,8 @@ class Sm90ForwardPlan:
         self.attend = Launch(
             attention_fwd_sm90_kernel, (max(num_tiles, 1), 1, 1), (),
             dict(named, REVERSE_M=named["HAS_RIGHT"], IS_FP8=fp8, **tuning),
-            num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG[consumers]))
+            num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG[consumers]),
+            compiling=free_registers if free_regs else None)
 
     def __call__(self, q, k, v, opts, descales=(None, None, None)):
         """descales: FP8's (q, k, v) factors, contiguous (batch, nheads_k) fp32."""
@@ -928,8 +937,9 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
         del constants["Sink"]
     constants.update(flags)
     block_n = constants["BLOCK_N"]
-    # launch-grid choices, not kernel flags
-    del constants["PERSISTENT"], constants["L2_SECTIONS"], constants["PERSISTENT_CAUSAL"], constants["ITEM_COST"]
+    free_regs = constants["FREE_REGS"]
+    for key in HOST_TUNING_KEYS:  # launch-grid and compile choices, not kernel flags
+        del constants[key]
     types = dict(Out="*bf16" if fp8 else "*DTYPE", Lse="*fp32", CuSeqlensQ="*i32", CuSeqlensK="*i32",
                  AlibiSlopes="*fp32", qk_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
     if scheduled:
@@ -952,4 +962,4 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
         descriptors["o_desc"] = 64
         constants.update(QDescale=None, KDescale=None, VDescale=None)
     return compile_gluon(attention_fwd_sm90_kernel, dtype, head_dim, descriptors, types, constants,
-                         MAXNREG[constants["CONSUMERS"]])
+                         MAXNREG[constants["CONSUMERS"]], free_regs)
