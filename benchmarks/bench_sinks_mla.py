@@ -127,7 +127,6 @@ def mla(rows):
 
 
 def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65536), heads=128):
-    import flashattn2
     from bench_decode import copy_bandwidth, paged
     from flashattn2 import flash_attn_with_kvcache
 
@@ -147,7 +146,7 @@ def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65
                     k_cache, table = paged(kv, 64)
                 v_cache = k_cache[..., :512]  # the value cache is a view: the cache is read once
                 for backend in backends:  # each backend of the same shape in turn: the same clocks
-                    flashattn2.set_backend(backend)
+                    _latent_backend(backend)
                     ms = _time_fwd(functools.partial(flash_attn_with_kvcache, q, k_cache, v_cache,
                                                      cache_seqlens=seqlens, block_table=table))
                     gbps = batch * cache * 576 * 2 / ms / 1e6
@@ -159,7 +158,28 @@ def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65
                     rows.append(row)
                     print(f"latent {row['variant']:58s} {ms:8.3f} ms  {gbps:7.0f} GB/s  {gbps / copy:.2f} of copy  "
                           f"{tflops:5.0f} TFLOP/s", flush=True)
-            flashattn2.set_backend("auto")
+            _latent_backend("auto")
+
+
+def _latent_backend(spec: str) -> None:
+    """'auto', 'triton', 'gluon' or 'gluon:VALUE_WGS=2' (the Gluon latent kernel's tuning over its defaults,
+    sm90/latent.py; several keys joined with +)."""
+    import flashattn2
+    from flashattn2 import inference
+    from flashattn2.kernels.portable import kvcache
+    from flashattn2.kernels.sm90 import latent
+
+    defaults = _LATENT_DEFAULTS.setdefault("tuning", dict(latent.LATENT_TUNING))
+    name, _, tuning = spec.partition(":")
+    flashattn2.set_backend(name)
+    wanted = dict(defaults, **{k: int(v) for k, v in (t.split("=") for t in tuning.split("+") if t)})
+    if wanted != latent.LATENT_TUNING:
+        latent.LATENT_TUNING = wanted
+        inference._seen.clear()  # plans made under the other tuning
+        kvcache._plans.clear()
+
+
+_LATENT_DEFAULTS: dict = {}
 
 
 def write(rows, meta, out_dir: Path, stem: str) -> list[Path]:
@@ -196,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", default=None)
     parser.add_argument("--only", choices=("sink", "mla", "latent"), default=None)
     parser.add_argument("--latent-backends", default="auto",
-                        help="comma-separated backends timed in turn on each latent row (auto,gluon)")
+                        help="backends timed in turn on each latent row, comma-separated: auto, triton, gluon, or "
+                        "gluon:VALUE_WGS=2 (a Gluon latent tuning over its defaults; several keys joined with +)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: this benchmark needs one", file=sys.stderr)

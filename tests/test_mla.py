@@ -252,7 +252,7 @@ import re
 import torch
 from flashattn2.kernels.sm90.latent import compile_for_sm90
 for flags in (dict(), dict(NUM_SPLITS=4, HAS_SEQLENS=True, HAS_BATCH_IDX=True),
-              dict(PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=8)):
+              dict(PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=8), dict(VALUE_WGS=2, PAGED=True)):
     kernel = compile_for_sm90(torch.bfloat16, **flags)
     ptx = kernel.asm["ptx"]
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx, flags
@@ -281,9 +281,23 @@ def test_auto_takes_the_gluon_latent_kernel():
     if not backends.GLUON_AVAILABLE:
         pytest.skip("this Triton has no Gluon")
     try:
+        keys = set()
         for choice, expected in (("auto", True), ("gluon", True), ("triton", False)):
             flashattn2.set_backend(choice)
-            assert (backends.kvcache_hopper() is not None) == expected, choice
+            hopper = backends.kvcache_hopper()
+            assert (hopper is not None) == expected, choice
+            keys.add(getattr(hopper, "key", None))
+        assert len(keys) == 3, "KVCachePlan caches auto's and gluon's plans under one key"
+        from flashattn2.kernels.portable.kvcache import kvcache_plan
+
+        q, cache = randn(1, 1, 64, 576, dtype=torch.bfloat16), randn(1, 64, 1, 576, dtype=torch.bfloat16)
+        opts = AttnOptions(softmax_scale=576 ** -0.5)
+        plans = []
+        for choice in ("auto", "gluon"):
+            flashattn2.set_backend(choice)
+            plans.append(kvcache_plan(q, cache, cache[..., :512], None, None, None, None, None, None, opts, 1,
+                                      backends.kvcache_hopper()))
+        assert plans[0] is not plans[1], "a plan made under auto served a call under gluon"
     finally:
         flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
     q1, q8 = torch.empty(1, 1, 128, 576), torch.empty(8, 1, 128, 576)
@@ -301,12 +315,20 @@ def test_auto_takes_the_gluon_latent_kernel():
 @pytest.mark.parametrize("paged,seqlen_q,num_splits,heads,batch_idx",
                          [(False, 1, 1, 128, False), (False, 2, 0, 128, False), (True, 2, 3, 64, False),
                           (True, 1, 0, 128, False), (False, 1, 2, 64, True)])
-def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx):
+@pytest.mark.parametrize("value_wgs", [4, 2])
+def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, value_wgs, monkeypatch):
     # sm90/latent.py under FLASHATTN2_BACKEND=gluon: the cache's capacity past each sequence holds NaN (the kernel
     # zeroes those key rows before P V), lengths that cut tiles, one or two query rows (causal), splits, pages of
-    # 64 keys, a cache_batch_idx
+    # 64 keys, a cache_batch_idx; four value warpgroups of 128 columns and two of 256 (VALUE_WGS)
+    from flashattn2 import inference
     from flashattn2.kernels import backends
+    from flashattn2.kernels.portable import kvcache
     from flashattn2.kernels.portable.kvcache import kvcache_plan
+    from flashattn2.kernels.sm90 import latent
+
+    monkeypatch.setattr(latent, "LATENT_TUNING", dict(latent.LATENT_TUNING, VALUE_WGS=value_wgs))
+    inference._seen.clear()  # plans made under the other tuning
+    kvcache._plans.clear()
 
     torch.manual_seed(23)
     batch, capacity, lens = 2, 256, [37, 200]
@@ -334,7 +356,7 @@ def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx):
         opts = AttnOptions(softmax_scale=576 ** -0.5, window_left=-1, window_right=0)
         plan = kvcache_plan(q, *caches, None, None, seqlens, None, rows, kwargs.get("block_table"), opts, num_splits,
                             backends.kvcache_hopper())
-        assert plan.backend == "gluon-sm90"
+        assert plan.backend == "gluon-sm90" and plan.attend.launch.named["VALUE_WGS"] == value_wgs
     finally:
         flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
     assert out.shape == (batch, seqlen_q, heads, 512)

@@ -215,4 +215,6 @@ def kvcache_hopper():
         return latent.LatentLaunch(q, k_cache, block_table, cache_seqlens, cache_batch_idx, opts, num_splits,
                                    o_strides, l_strides, int(KVCACHE_WORD.value))
 
+    # what decides the plan it makes: KVCachePlan caches by it (auto and gluon choose differently)
+    make.key = ("sm90-latent", _choice, tuple(sorted(latent.LATENT_TUNING.items())))
     return make

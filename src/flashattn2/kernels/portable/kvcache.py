@@ -475,7 +475,7 @@ def kvcache_plan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad
                  opts: AttnOptions, num_splits: int, hopper=None) -> KVCachePlan:
     key = (q.device, *(_layout(x) for x in (q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad,
                                              cache_batch_idx, block_table)), opts.plan_key(), num_splits,
-           v_cache.shape[-1] < k_cache.shape[-1] and v_is_k_view(k_cache, v_cache), hopper is not None)
+           v_cache.shape[-1] < k_cache.shape[-1] and v_is_k_view(k_cache, v_cache), getattr(hopper, "key", None))
     plan = _plans.get(key)
     if plan is None:
         plan = _plans.add(key, KVCachePlan(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_leftpad,

@@ -12,8 +12,7 @@ the key cache's first 512 channels (one kv head, 64-128 query heads). FlashMLA's
 
 Per tile the scores warpgroup does 53% of the matmul work and each value warpgroup 12%; the tensor cores are the
 SM's, so what counts is that their issue overlaps: S of tile i + 1 runs under P V of tile i. FlashMLA splits O over
-two warpgroups of 128 registers' accumulators; here ptxas compiles every partition within the launch's register cap
-(VALUE_WGS).
+two warpgroups of 128 registers' accumulators; here four of 64 by default (VALUE_WGS).
 
 The contract is kvcache_attention_kernel's for the calls `can_implement` takes; key rows of the last tile past the
 sequence (the cache's unwritten capacity may hold anything) are zeroed in shared memory before P V reads them, since
@@ -46,13 +45,13 @@ HEADS = gl.constexpr(64)  # query heads per program (rows of S and O)
 # wgmmas reads 21 bytes of shared memory per 64 FLOP, past what shared memory feeds the tensor cores
 BLOCK_N = gl.constexpr(64)
 STAGES = gl.constexpr(2)  # key tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of the 227 KB
-# value warpgroups, each with O's columns [WG x 128, + 128) ([64, 128] fp32: 64 registers a thread). ptxas allocates
-# every partition within the launch's cap (setmaxnreg moves registers at run time only): two warpgroups of [64, 256]
-# need 154 for one m64n256 wgmma and spilled 272 bytes at 152; 20 warps (the scores warpgroup, which also issues
-# the loads, and four value warpgroups) at 96 fill the 64K registers
-VALUE_WGS = gl.constexpr(4)
-MAXNREG = 96
-PV_REGS = gl.constexpr(96)
+# value warpgroups, each with O's columns [WG x 512 / VALUE_WGS, + 512 / VALUE_WGS). ptxas allocates every partition
+# within PTX's .maxnreg, the launch's cap (common.free_registers lifts it). Four of [64, 128] (64 registers of O a
+# thread): 20 warps (with the scores warpgroup, which also issues the loads) at 96 fill the 64K registers. Two of
+# [64, 256] (FlashMLA's split: one m64n256 wgmma a tile, 128 registers of O; 154 registers measured): 12 warps at
+# 168. VALUE_WGS is the launch's choice (LATENT_TUNING); 2 is prepared, not yet measured.
+MAXNREG = {4: 96, 2: 168}
+LATENT_TUNING = dict(VALUE_WGS=4)
 
 
 @aggregate
@@ -257,8 +256,9 @@ def _scores(q_desc, k_desc, sm: LatentSmem, w: LatentWork, Lse, Flag, BlockTable
 
 
 @gluon.jit
-def _values(WG: gl.constexpr, sm: LatentSmem, w: LatentWork, Out, stride_o):
-    """O[:, WG * 128 : + 128] += P V over the tiles, rescaled by the scores warpgroup's factors; then O / l out."""
+def _values(WG: gl.constexpr, VALUE_WGS: gl.constexpr, sm: LatentSmem, w: LatentWork, Out, stride_o):
+    """O[:, WG * COLS : + COLS] += P V over the tiles (COLS = 512 / VALUE_WGS), rescaled by the scores warpgroup's
+    factors; then O / l out."""
     COLS: gl.constexpr = LATENT_V // VALUE_WGS
     o_layout: gl.constexpr = wgmma_layout(COLS)
     rows_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -291,7 +291,7 @@ def latent_decode_kernel(
     q_desc, k_desc, Out, Lse, Flag, CacheSeqlens, CacheBatchIdx, BlockTable, stride_o, stride_lse, stride_bt,
     nheads, seqlen_q, capacity, cache_rows, num_pages, page_size, qk_scale,
     NUM_SPLITS: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SEQLENS: gl.constexpr, HAS_BATCH_IDX: gl.constexpr,
-    PAGED: gl.constexpr, FLAG_WORD: gl.constexpr,
+    PAGED: gl.constexpr, FLAG_WORD: gl.constexpr, VALUE_WGS: gl.constexpr,
 ):
     """Program (query position, batch x 64-head slot, split). q_desc: (batch, seqlen_q, heads, 576) in [1, 1, 64, 64]
     boxes; k_desc: the cache (rows, capacity, 1, 576) or pages (num_pages, page_size, 1, 576) in [1, 64, 1, 64]
@@ -323,14 +323,23 @@ def latent_decode_kernel(
     mbarrier.init(done, count=1)
     sm = LatentSmem(q_smem, q_tail, k_smem, k_tail, p_smem, alpha, stats, q_bar, kv_ready,
                     kv_empty, p_ready, p_free, done)
-    gl.warp_specialize([
-        (_scores, (q_desc, k_desc, sm, w, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale, page_size,
-                   num_pages, FLAG_WORD, NUM_SPLITS, PAGED)),
-        (_values, (0, sm, w, Out, stride_o)),
-        (_values, (1, sm, w, Out, stride_o)),
-        (_values, (2, sm, w, Out, stride_o)),
-        (_values, (3, sm, w, Out, stride_o)),
-    ], [4, 4, 4, 4], [PV_REGS, PV_REGS, PV_REGS, PV_REGS])
+    # Gluon (3.6) takes the partition list only as a literal: one launch per value-warpgroup count
+    if VALUE_WGS == 4:
+        gl.warp_specialize([
+            (_scores, (q_desc, k_desc, sm, w, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale, page_size,
+                       num_pages, FLAG_WORD, NUM_SPLITS, PAGED)),
+            (_values, (0, VALUE_WGS, sm, w, Out, stride_o)),
+            (_values, (1, VALUE_WGS, sm, w, Out, stride_o)),
+            (_values, (2, VALUE_WGS, sm, w, Out, stride_o)),
+            (_values, (3, VALUE_WGS, sm, w, Out, stride_o)),
+        ], [4, 4, 4, 4], [96, 96, 96, 96])
+    else:
+        gl.warp_specialize([
+            (_scores, (q_desc, k_desc, sm, w, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale, page_size,
+                       num_pages, FLAG_WORD, NUM_SPLITS, PAGED)),
+            (_values, (0, VALUE_WGS, sm, w, Out, stride_o)),
+            (_values, (1, VALUE_WGS, sm, w, Out, stride_o)),
+        ], [4, 4], [168, 168])
     mbarrier.invalidate(q_bar)
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(kv_ready.index(s))
@@ -388,8 +397,10 @@ class LatentLaunch:
     launch gets them), o_strides / l_strides the plan's (split, batch, row, head) strides of Out and Lse."""
 
     def __init__(self, q: torch.Tensor, k_cache: torch.Tensor, block_table, cache_seqlens, cache_batch_idx, opts,
-                 num_splits: int, o_strides: tuple, l_strides: tuple, flag_word: int) -> None:
+                 num_splits: int, o_strides: tuple, l_strides: tuple, flag_word: int,
+                 tuning: dict | None = None) -> None:
         batch, seqlen_q, nheads, _ = q.shape
+        value_wgs = {**LATENT_TUNING, **(tuning or {})}["VALUE_WGS"]
         paged = block_table is not None
         num_pages, page_size, capacity, cache_rows = cache_geometry(k_cache, block_table)
         self.q_block, self.k_block = [1, 1, int(HEADS), int(CHUNK)], [1, int(BLOCK_N), 1, int(CHUNK)]
@@ -401,8 +412,8 @@ class LatentLaunch:
                  nheads=nheads, seqlen_q=seqlen_q, capacity=capacity, cache_rows=cache_rows, num_pages=num_pages,
                  page_size=page_size, qk_scale=opts.kernel_args()["qk_scale"], NUM_SPLITS=num_splits,
                  HAS_RIGHT=opts.window_right >= 0, HAS_SEQLENS=cache_seqlens is not None,
-                 HAS_BATCH_IDX=cache_batch_idx is not None, PAGED=paged, FLAG_WORD=flag_word),
-            num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG))
+                 HAS_BATCH_IDX=cache_batch_idx is not None, PAGED=paged, FLAG_WORD=flag_word, VALUE_WGS=value_wgs),
+            num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG[value_wgs]))
 
     def __call__(self, q, k_cache, v_cache, out, lse, flag, cache_seqlens, cache_leftpad, cache_batch_idx,
                  block_table, *unused) -> None:
@@ -417,7 +428,7 @@ def compile_for_sm90(dtype: torch.dtype = torch.bfloat16, **flags):
     from .common import compile_gluon
 
     constants = dict(dict.fromkeys(("HAS_RIGHT", "HAS_SEQLENS", "HAS_BATCH_IDX", "PAGED"), False), NUM_SPLITS=1,
-                     FLAG_WORD=0)
+                     FLAG_WORD=0, **LATENT_TUNING)
     constants.update(flags)
     out = "*fp32" if constants["NUM_SPLITS"] > 1 else "*DTYPE"
     types = dict(Out=out, Lse="*fp32", Flag="*i32", CacheSeqlens="*i32", CacheBatchIdx="*i32", BlockTable="*i32",
@@ -427,4 +438,5 @@ def compile_for_sm90(dtype: torch.dtype = torch.bfloat16, **flags):
         if not constants[flag]:
             constants[name] = None
     descriptors = dict(q_desc=[1, 1, int(HEADS), int(CHUNK)], k_desc=[1, int(BLOCK_N), 1, int(CHUNK)])
-    return compile_gluon(latent_decode_kernel, dtype, int(LATENT_QK), descriptors, types, constants, MAXNREG)
+    return compile_gluon(latent_decode_kernel, dtype, int(LATENT_QK), descriptors, types, constants,
+                         MAXNREG[constants["VALUE_WGS"]])
