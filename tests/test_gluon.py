@@ -45,6 +45,8 @@ VARIANTS = [
                            "MAY_SPILL": True}),
     (128, torch.bfloat16, {"BWD": True, "FUSED_DQ=0": True}),
     (64, torch.bfloat16, {"BWD": True, "MAY_SPILL": True}),
+    # the same without `.maxnreg` (FREE_REGS): the consumers' 240 registers, no spills
+    (64, torch.bfloat16, {"BWD": True, "FREE_REGS=1": True}),
     (64, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True, "FUSED_DQ=0": True}),
     (128, torch.float16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
     # a value head dim unlike the query's (MLA 192/128): Q and K in three 64-column tiles, O by pointer stores
@@ -640,6 +642,31 @@ def test_gluon_backward_stress(dtype, head_dim, shape, deterministic, gluon_back
     dout = randn(*out.shape, dtype=dtype)
     out.backward(dout)
     check_attention(q, k, v, out, lse, (q.grad, k.grad, v.grad), dout, **options)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gluon_backward_free_regs(head_dim, causal, monkeypatch):
+    # FREE_REGS: the backward compiled without `.maxnreg` (each consumer the 240 registers its setmaxnreg grants),
+    # against float64, with cut query and key tiles and GQA
+    from flashattn2.kernels.sm90 import backward as bwd_sm90
+
+    monkeypatch.setattr(bwd_sm90, "CONFIGS", {**bwd_sm90.CONFIGS,
+                                              head_dim: dict(bwd_sm90.CONFIGS[head_dim], FREE_REGS=True)})
+    flashattn2.set_backend("gluon")  # drops plans made with the other tuning
+    try:
+        q, k, v, options = _stress_case(2, 333, 401, 4, 2, head_dim, {"causal": causal} if causal else {},
+                                        dtype=torch.bfloat16, requires_grad=True)
+        out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
+        dout = randn(*out.shape, dtype=torch.bfloat16)
+        out.backward(dout)
+        plan = next(p for p in backends._bwd_plans.values() if getattr(p, "gluon", None) is not None)
+        assert plan.gluon.launch.named["FREE_REGS"] is True
+        check_attention(q, k, v, out, lse, (q.grad, k.grad, v.grad), dout, **options)
+    finally:
+        flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
 
 
 @pytest.mark.gpu

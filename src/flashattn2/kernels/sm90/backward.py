@@ -37,6 +37,7 @@ from .common import (
     compile_gluon,
     descriptor,
     free_phase,
+    free_registers,
     mod_signature,
     p_layout,
     ready_phase,
@@ -77,6 +78,10 @@ CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, SPLIT_D=False, **_DKDV),
                 256: dict(BLOCK_M=64, STAGES=2, SPLIT_D=True, **_DKDV)}
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(240)
+# FREE_REGS (a tuning key, off unless a tuning sets it; prepared, not yet measured): compile under
+# common.free_registers, so the consumers get the 240 registers their setmaxnreg grants instead of the launch's 168.
+# sm_90 (triton 3.6) spill stores, capped -> free: d64 20 -> 0, d128 causal packed 44 -> 8, block-sparse d128 28
+# -> 16, with a softcap score_mod 272 -> 148. The kernel ignores the argument; it keys Triton's cache.
 # a value head dim unlike the query's (MLA's 192/128, _step_mla): 64-key items as SPLIT_D's, Q and K as three
 # 64-column buffers each, two Q/dO stages (shared memory: K 24 KB, V 16, Q 48, dO 32, P and dS 32, dQ 48)
 CONFIGS_MLA = {(192, 128): dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False,
@@ -649,6 +654,7 @@ def attention_bwd_sm90_kernel(
     QNum=None, QIndices=None, PartialIds=None, FullNum=None, FullIndices=None, MaskBits=None, stride_num=None,
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
     MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, MLA: gl.constexpr = False,
+    FREE_REGS: gl.constexpr = False,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
     portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
@@ -821,6 +827,7 @@ class Sm90Backward:
         tuning = dict(tuning_for(head_dim, opts, head_dim_v))
         persistent = tuning.pop("PERSISTENT")
         l2_share = tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
+        free_regs = tuning.setdefault("FREE_REGS", False)
         self.fused_dq = tuning["FUSED_DQ"]
         qk_width = int(MLA_CHUNK) if mla else head_dim  # MLA: Q and K in 64-column tiles
         self.q_block = [1, tuning["BLOCK_M"], 1, qk_width]
@@ -852,7 +859,7 @@ class Sm90Backward:
                      total_k=k.shape[0], softmax_scale=opts.softmax_scale, num_tiles=num_tiles, section=section,
                      **opts.kernel_args(), **tuning)
         self.launch = Launch(attention_bwd_sm90_kernel, (max(grid, 1), 1, 1), (), named, num_warps=4, num_stages=1,
-                             options=dict(maxnreg=MAXNREG))
+                             options=dict(maxnreg=MAXNREG), compiling=free_registers if free_regs else None)
 
     def __call__(self, dout, q, k, v, lse, delta, dq_acc, dk, dv, opts: AttnOptions) -> None:
         """dq_acc: with fused_dq, a zeroed fp32 tensor shaped like q that receives softmax_scale * dQ."""
@@ -877,7 +884,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     fused = flags.get("FUSED_DQ", True)
     mla = head_dim_v not in (None, head_dim)
     config = CONFIGS_MLA[(head_dim, head_dim_v)] if mla else (CONFIGS if fused else CONFIGS_DKDV)[head_dim]
-    constants = dict(config, HAS_LEFT=False, HAS_RIGHT=False, MLA=mla,
+    constants = dict(config, HAS_LEFT=False, HAS_RIGHT=False, MLA=mla, FREE_REGS=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, SPARSE_Q=128, SPARSE_KV=128)
     block_sparse = flags.pop("BLOCK_SPARSE", False)
     if not block_sparse:
@@ -900,4 +907,5 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
         types["dq_desc"] = f"tensordesc<fp32[{','.join(map(str, block))}],{layout!r}>"
     else:
         descriptors["dq_desc"] = descriptors["q_desc"]  # unused
-    return compile_gluon(attention_bwd_sm90_kernel, dtype, head_dim, descriptors, types, constants, MAXNREG)
+    return compile_gluon(attention_bwd_sm90_kernel, dtype, head_dim, descriptors, types, constants, MAXNREG,
+                         constants["FREE_REGS"])
