@@ -251,8 +251,10 @@ def _kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, c
                 b, s, h, d = q.shape
                 q = rotate(q.reshape(b, 1, s * h, d), rotary_cos, rotary_sin, rotary_interleaved, False, cache_seqlens,
                            None, None, False).reshape(b, s, h, d)
+        # the Gluon maker only where a plan is to be made: a repeated call brings its plan
+        hopper = backends.kvcache_hopper() if plan is None else None
         return kvcache_attention(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, cache_batch_idx,
-                                 block_table, opts, num_splits, plan, descales, backends.kvcache_hopper())
+                                 block_table, opts, num_splits, plan, descales, hopper)
 
 
 @torch.library.custom_op("flashattn2::fwd_kvcache", mutates_args=("k_cache", "v_cache"))

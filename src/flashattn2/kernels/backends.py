@@ -206,15 +206,17 @@ def kvcache_hopper():
     from .portable.cu_seqlens import KVCACHE_WORD
     from .sm90 import latent
 
+    choice = _choice
+
     def make(q, k_cache, v_cache, k_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, opts,
              num_splits, o_strides, l_strides):
         if latent.can_implement(q, k_cache, v_cache, k_new, cache_leftpad, block_table, opts) is not None:
             return None
-        if _choice == "auto" and latent.auto_declines(q, k_cache, block_table) is not None:
+        if choice == "auto" and latent.auto_declines(q, k_cache, block_table) is not None:
             return None
         return latent.LatentLaunch(q, k_cache, block_table, cache_seqlens, cache_batch_idx, opts, num_splits,
                                    o_strides, l_strides, int(KVCACHE_WORD.value))
 
     # what decides the plan it makes: KVCachePlan caches by it (auto and gluon choose differently)
-    make.key = ("sm90-latent", _choice, tuple(sorted(latent.LATENT_TUNING.items())))
+    make.key = ("sm90-latent", choice, tuple(sorted(latent.LATENT_TUNING.items())))
     return make
