@@ -95,7 +95,21 @@ def sinks(rows):
         q, k_cache, v_cache, cache_seqlens=seqlens, learnable_sink=sink)), None, base=base)
 
 
-def mla(rows):
+def _mla_items(items: str) -> None:
+    """The Gluon MLA backward's items: "64-key" (CONFIGS_MLA, the default) or the prepared "128-key"
+    (CONFIGS_MLA_WIDE)."""
+    import flashattn2
+    from flashattn2.kernels.sm90 import backward as bwd_sm90
+
+    saved = _MLA_DEFAULTS.setdefault("configs", bwd_sm90.CONFIGS_MLA)
+    bwd_sm90.CONFIGS_MLA = bwd_sm90.CONFIGS_MLA_WIDE if items == "128-key" else saved
+    flashattn2.set_backend(flashattn2.get_backend())  # drops the plans made with the other tuning
+
+
+_MLA_DEFAULTS: dict = {}
+
+
+def mla(rows, items=("64-key",)):
     from flashattn2 import flash_attn_func
 
     heads = 16
@@ -117,8 +131,12 @@ def mla(rows):
         except RuntimeError as exc:  # cuDNN may refuse a shape: say so and go on
             print(f"mla   {label}: SDPA cuDNN refused: {str(exc).splitlines()[0]}", flush=True)
             base = None
-        _row(rows, "mla", f"{label}: ours", *time_fwd_bwd(
-            functools.partial(flash_attn_func, q, k, v, causal=True), [q, k, v]), base=base, tflop=flop)
+        for item in items:
+            _mla_items(item)
+            tag = "" if items == ("64-key",) else f" ({item} items)"
+            _row(rows, "mla", f"{label}: ours{tag}", *time_fwd_bwd(
+                functools.partial(flash_attn_func, q, k, v, causal=True), [q, k, v]), base=base, tflop=flop)
+        _mla_items("64-key")
         q2, k2, v2 = (_rand(batch, seqlen, heads, 128) for _ in range(3))
         _row(rows, "mla", f"128/128 causal, {batch} x {seqlen}, {heads} heads: ours", *time_fwd_bwd(
             functools.partial(flash_attn_func, q2, k2, v2, causal=True), [q2, k2, v2]),
@@ -215,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", default="benchmarks/results")
     parser.add_argument("--tag", default=None)
     parser.add_argument("--only", choices=("sink", "mla", "latent"), default=None)
+    parser.add_argument("--mla-items", default="64-key",
+                        help="the Gluon MLA backward's items, comma-separated, each timed on each mla row: 64-key "
+                        "(the default tuning), 128-key (the prepared CONFIGS_MLA_WIDE)")
     parser.add_argument("--latent-backends", default="auto",
                         help="backends timed in turn on each latent row, comma-separated: auto, triton, gluon, or "
                         "gluon:VALUE_WGS=2 (a Gluon latent tuning over its defaults; several keys joined with +)")
@@ -226,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "sink"):
         sinks(rows)
     if args.only in (None, "mla"):
-        mla(rows)
+        mla(rows, tuple(args.mla_items.split(",")))
     if args.only in (None, "latent"):
         latent(rows, tuple(args.latent_backends.split(",")))
     save(rows, write, argv, "python benchmarks/bench_sinks_mla.py", start, args.out_dir, args.tag)

@@ -56,6 +56,13 @@ VARIANTS = [
     (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True}),
     (192, torch.float16, {"BWD": True, "head_dim_v=128": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
     (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "FUSED_DQ=0": True}),
+    # its 128-key items (CONFIGS_MLA_WIDE: 32-row query tiles, dQᵀ = Kᵀ dSᵀ, FREE_REGS); 116 bytes of spills
+    # outside the query-tile loop under triton 3.6
+    (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "SPLIT_D=0": True, "BLOCK_M=32": True,
+                           "STAGES=3": True, "FREE_REGS=1": True, "MAY_SPILL": True}),
+    (192, torch.float16, {"BWD": True, "head_dim_v=128": True, "SPLIT_D=0": True, "BLOCK_M=32": True,
+                          "STAGES=3": True, "FREE_REGS=1": True, "HAS_RIGHT": True, "IS_VARLEN": True,
+                          "MAY_SPILL": True}),
     # head dim 256: 64-key programs, the warpgroups split the head dim (SPLIT_D)
     (256, torch.bfloat16, {"BWD": True}),
     (256, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True}),

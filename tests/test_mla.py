@@ -93,12 +93,18 @@ def test_the_hopper_kernels_take_192_128_only_and_errors_name_the_problem():
 @pytest.mark.parametrize("causal,varlen,deterministic,long", [(False, False, False, False), (True, False, False, False),
                                                               (True, True, False, False), (True, False, True, False),
                                                               (True, False, False, True)])
-def test_gluon_unlike_value_head_dim(causal, varlen, deterministic, long):
+@pytest.mark.parametrize("items", ["64-key", "128-key"])
+def test_gluon_unlike_value_head_dim(causal, varlen, deterministic, long, items, monkeypatch):
     # the Hopper forward and backward at 192/128 (Q and K in 64-column tiles): cut query and key tiles, GQA, packed
     # sequences, the deterministic backward (dK/dV kernel, dQ from the Triton kernel); long: more work items than
-    # SMs, so that programs of the persistent grids take several
+    # SMs, so that programs of the persistent grids take several; the backward's 64-key items (CONFIGS_MLA) and
+    # its prepared 128-key ones (CONFIGS_MLA_WIDE)
+    from flashattn2.kernels.sm90 import backward as bwd_sm90
+
+    if items == "128-key":
+        monkeypatch.setattr(bwd_sm90, "CONFIGS_MLA", bwd_sm90.CONFIGS_MLA_WIDE)
     torch.manual_seed(3)
-    flashattn2.set_backend("gluon")
+    flashattn2.set_backend("gluon")  # drops plans made with the other tuning
     try:
         heads, heads_k = (16, 8) if long else (4, 2)
         if varlen:

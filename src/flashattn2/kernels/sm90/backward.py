@@ -87,6 +87,12 @@ CONSUMER_REGS = gl.constexpr(240)
 CONFIGS_MLA = {(192, 128): dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False,
                                 COALESCED_DKV=False, L2_SECTIONS=0)}
 MLA_QK_DIM, MLA_CHUNK = gl.constexpr(192), gl.constexpr(64)
+# 128-key items at 192/128 (_step_mla_wide; prepared, not yet run): half the dQ reduce-adds and Q/dO reads per FLOP
+# of the 64-key items, whose step ncu showed L2-bound (93% of L2 throughput). Each warpgroup holds dK's three
+# 64-column chunks and dV for its 64 keys (160 registers of accumulators), so the query tiles are 32 rows (dQ as
+# dQᵀ = Kᵀ dSᵀ) and the consumers take their setmaxnreg's 240 registers (FREE_REGS). sm_90 (triton 3.6): 177 KB
+# of shared memory, 116 bytes of spill stores, all outside the query-tile loop. With 64-row tiles it spilled 1.4 KB.
+CONFIGS_MLA_WIDE = {(192, 128): dict(CONFIGS_MLA[(192, 128)], BLOCK_M=32, STAGES=3, SPLIT_D=False, FREE_REGS=True)}
 
 
 @aggregate
@@ -510,13 +516,128 @@ def _step_mla(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_r
 
 
 @gluon.jit
+def _dq_chunk(buf, c, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores, WG: gl.constexpr,
+              BLOCK_M: gl.constexpr):
+    """64-column chunk c of a query tile's dQ, dS K over both warpgroups' key halves, reduce-added from this
+    warpgroup's staging buffer (_step_mla_wide)."""
+    CH: gl.constexpr = MLA_QK_DIM // MLA_CHUNK
+    dq = gl.zeros([BLOCK_M, MLA_CHUNK], gl.float32, wgmma_layout(MLA_CHUNK))
+    for h in gl.static_range(2):
+        dq = warpgroup_mma(sm.ds.index(2 * buf + h).permute([1, 0]),
+                           sm.k.index(h * CH + c).reshape([WG_M, MLA_CHUNK]), dq, use_acc=h > 0, is_async=True)
+    dq = warpgroup_mma_wait(0, deps=[dq])
+    _dq_add(dq, sm, dq_desc, tma_b, dq_row, dq_head, sc, WG, 0, c * MLA_CHUNK)
+
+
+@gluon.jit
+def _dq_chunk_t(buf, c, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores, WG: gl.constexpr,
+                BLOCK_M: gl.constexpr):
+    """_dq_chunk for query tiles of fewer than 64 rows (wgmma's M): dQᵀ = Kᵀ dSᵀ, stored transposed for the
+    reduce-add."""
+    CH: gl.constexpr = MLA_QK_DIM // MLA_CHUNK
+    dqt = gl.zeros([MLA_CHUNK, BLOCK_M], gl.float32, wgmma_layout(BLOCK_M))
+    for h in gl.static_range(2):
+        dqt = warpgroup_mma(sm.k.index(h * CH + c).reshape([WG_M, MLA_CHUNK]).permute([1, 0]),
+                            sm.ds.index(2 * buf + h), dqt, use_acc=h > 0, is_async=True)
+    dqt = warpgroup_mma_wait(0, deps=[dqt])
+    tma_store_wait(0)  # the last reduce-add has read the buffer
+    sm.dq.index(WG).permute([1, 0]).store(dqt * sc.softmax_scale)
+    fence_async_shared()
+    tma_reduce_add(dq_desc, [tma_b, dq_row, dq_head, c * MLA_CHUNK],
+                   sm.dq.index(WG).reshape([1, BLOCK_M, 1, MLA_CHUNK]))
+
+
+@gluon.jit
+def _step_mla_wide(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q,
+                   seqlen_k, window_left, window_right, alibi_slope, lists: BlockLists, visit, mod: ScoreMod,
+                   WG: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
+                   HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
+                   MASKED: gl.constexpr, FUSED_DQ: gl.constexpr):
+    """_step at MLA's 192/128 with 128-key items (MLA without SPLIT_D; FREE_REGS for its registers): this
+    warpgroup's 64 keys, Sᵀ over Q's and K's three 64-column buffers, dK as three [64, 64] accumulators (dk, a
+    tuple), dV at 128 columns; dQ in 64-column chunks, warpgroup w chunk w and, on steps of its parity, chunk 2.
+    It halves the dQ reduce-adds and the Q/dO reads per FLOP of the 64-key items, which the ncu profile showed
+    L2-bound (benchmarks/NOTES.md)."""
+    CH: gl.constexpr = MLA_QK_DIM // MLA_CHUNK
+    V_W: gl.constexpr = sm.v.shape[4]
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
+    dyn = it >> 30  # as in _step_cols: no hoisted (spilled) wgmma descriptors
+    stage = it % STAGES + dyn
+    phase = ready_phase(it, STAGES)
+    v_tile = sm.v.index(WG + dyn).reshape([WG_M, V_W])
+    do_tile = sm.do.index(stage).reshape([BLOCK_M, V_W])
+    mbarrier.wait(sm.q_ready.index(stage), phase)
+    st_tok = gl.zeros([WG_M, BLOCK_M], gl.float32, s_layout)
+    for c in gl.static_range(CH):
+        q_c = sm.q.index(stage * CH + c).reshape([BLOCK_M, MLA_CHUNK])
+        st_tok = warpgroup_mma(sm.k.index(WG * CH + c + dyn).reshape([WG_M, MLA_CHUNK]), q_c.permute([1, 0]),
+                               st_tok, use_acc=c > 0, is_async=True)
+    mbarrier.wait(sm.do_ready.index(stage), phase)
+    dpt_tok = warpgroup_mma(v_tile, do_tile.permute([1, 0]), gl.zeros([WG_M, BLOCK_M], gl.float32, s_layout),
+                            use_acc=False, is_async=True)
+    tile = start_m // BLOCK_M  # a visit tile with a block mask
+    if lists.on:
+        start_m = lists.tile_start(visit, tile, BLOCK_M)
+    offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    st = warpgroup_mma_wait(1, deps=[st_tok])
+    raw = st
+    st = mod.scores(st, offs_m[None, :], offs_n[:, None])
+    if lists.on and MASKED:
+        st = lists.mask(st, visit, tile, offs_n, BLOCK_M)
+    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
+                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
+    lse = sm.lse.index(stage).load(gl.SliceLayout(0, s_layout))
+    pt = gl.exp2(st * scale_log2 - lse[None, :])
+    delta = sm.delta.index(stage).load(gl.SliceLayout(0, s_layout))
+    dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
+    # dS first, in dPᵀ's registers: with dK's three chunks and dV live, P, dPᵀ, dS and P's operand together do
+    # not fit in 240 registers
+    dst = pt * (dpt - delta[None, :])
+    if HAS_SOFTCAP:
+        dst = dst * (1.0 - tanht * tanht)
+    if mod.on:
+        dst = dst * mod.derivative(raw, offs_m[None, :], offs_n[:, None])
+    pt_op = gl.convert_layout(pt.to(do_tile.dtype), p_layout(V_W))
+    dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
+    dst16 = dst.to(do_tile.dtype)
+    dst_op = gl.convert_layout(dst16, p_layout(MLA_CHUNK))
+    dk0, dk1, dk2 = dk
+    t0 = warpgroup_mma(dst_op, sm.q.index(stage * CH).reshape([BLOCK_M, MLA_CHUNK]), dk0, is_async=True)
+    t1 = warpgroup_mma(dst_op, sm.q.index(stage * CH + 1).reshape([BLOCK_M, MLA_CHUNK]), dk1, is_async=True)
+    t2 = warpgroup_mma(dst_op, sm.q.index(stage * CH + 2).reshape([BLOCK_M, MLA_CHUNK]), dk2, is_async=True)
+    buf = it % 2 + dyn
+    if FUSED_DQ:
+        # this warpgroup's dSᵀ half for both warpgroups' dQ chunks (buffer reuse as in _dq_tile)
+        sm.ds.index(2 * buf + WG).store(dst16)
+        fence_async_shared()
+        mbarrier.arrive(sm.ds_ready.index(buf), count=1)
+    # dK and dV retire before dQ's accumulator is live: their operands' registers are free for it
+    dv, dk0, dk1, dk2, pt_op, dst_op = warpgroup_mma_wait(0, deps=[dv_tok, t0, t1, t2, pt_op, dst_op])
+    mbarrier.arrive(sm.empty.index(stage), count=1)
+    if FUSED_DQ:
+        mbarrier.wait(sm.ds_ready.index(buf), ready_phase(it, 2))
+        # warpgroup 0 chunks 0 and 1, warpgroup 1 chunk 2 (a branch on the step's parity spilled the accumulators)
+        for c in gl.static_range(2 * WG, 2 + WG):
+            if BLOCK_M < 64:
+                _dq_chunk_t(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, WG, BLOCK_M)
+            else:
+                _dq_chunk(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, WG, BLOCK_M)
+    return (dk0, dk1, dk2), dv
+
+
+@gluon.jit
 def _tile(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
           window_left, window_right, alibi_slope, lists: BlockLists, visit, mod: ScoreMod, WG: gl.constexpr,
           BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
           STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
           HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr,
           DQ_ROWS: gl.constexpr, MLA: gl.constexpr = False):
-    if MLA:
+    if MLA and not SPLIT_D:
+        dk, dv = _step_mla_wide(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q,
+                                seqlen_k, window_left, window_right, alibi_slope, lists, visit, mod, WG, BLOCK_M,
+                                STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
+    elif MLA:
         dk, dv = _step_mla(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
                            window_left, window_right, alibi_slope, lists, visit, mod, WG, BLOCK_M, STAGES, HAS_LEFT,
                            HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
@@ -544,8 +665,18 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
     # this warpgroup's block of dK and dV: 64 keys of the program's 128 with the whole head dim, or (SPLIT_D)
     # the program's 64 keys with half the head dim's columns, or (MLA) mla_split's chunks: `dv` holds dK's chunk
     # "b" where B_IS_DK
-    B_IS_DK: gl.constexpr = MLA and mla_split(WG, "b") >= 0
-    if MLA:
+    WIDE: gl.constexpr = MLA and not SPLIT_D  # _step_mla_wide: dk a tuple of three 64-column chunks
+    B_IS_DK: gl.constexpr = MLA and not WIDE and mla_split(WG, "b") >= 0
+    if WIDE:
+        key_off: gl.constexpr = WG * WG_M
+        col0: gl.constexpr = 0
+        COLS: gl.constexpr = MLA_CHUNK
+        v_col0: gl.constexpr = 0
+        V_COLS: gl.constexpr = sm.v.shape[4]
+        K_DIM: gl.constexpr = MLA_QK_DIM
+        V_DIM: gl.constexpr = sm.v.shape[4]
+        s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
+    elif MLA:
         key_off: gl.constexpr = 0
         col0: gl.constexpr = mla_split(WG, "a") * MLA_CHUNK
         COLS: gl.constexpr = MLA_CHUNK
@@ -583,7 +714,11 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
             tma_b = tma_batch(off_b, IS_VARLEN)
             key0 = start_n + key_off
             offs_n = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
-            dk = gl.zeros([WG_M, COLS], gl.float32, o_layout)
+            if WIDE:
+                zero = gl.zeros([WG_M, COLS], gl.float32, o_layout)
+                dk = (zero, zero, zero)
+            else:
+                dk = gl.zeros([WG_M, COLS], gl.float32, o_layout)
             dv = gl.zeros([WG_M, V_COLS], gl.float32, ov_layout)
             mbarrier.wait(sm.kv_bar, ready_phase(done, 1))
             for g in range(0, grid.group):
@@ -604,6 +739,15 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
             # every matmul of this warpgroup that read K or V has retired (each step waits for its own): the
             # producer may load the next work item's while this one's dK and dV go out
             mbarrier.arrive(sm.kv_empty, count=1)
+            if WIDE:  # dK's three chunks, scaled as below
+                rows_c = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, o_layout))
+                rows_c64 = (k_start + rows_c).to(gl.int64)[:, None]
+                for c in gl.static_range(MLA_QK_DIM // MLA_CHUNK):
+                    cols_c = c * MLA_CHUNK + gl.arange(0, MLA_CHUNK, layout=gl.SliceLayout(0, o_layout))
+                    gl.store(dK + off_b.to(gl.int64) * stride_dkb + off_hk.to(gl.int64) * stride_dkh
+                             + rows_c64 * stride_dkn + cols_c[None, :],
+                             (dk[c] * sc.softmax_scale).to(dK.dtype.element_ty), mask=(rows_c[:, None] < n_keys))
+                dk = dk[0]  # the shared path below stores chunk 0 again (the same values)
             # dK = scale * dSᵀ Q: the softmax scale is applied once, here
             dk_out = (dk * sc.softmax_scale).to(dK.dtype.element_ty)
             if B_IS_DK:
@@ -670,7 +814,8 @@ def attention_bwd_sm90_kernel(
     Lse is FlexAttention's (-inf for rows that see no key). A score_mod (MOD_FN and its derivative MOD_GRAD,
     captures: its tensors; qk_scale then log2(e)) applies as in the forward, with dS times its derivative.
     MLA (with SPLIT_D): query/key head dim 192, value head dim 128 (_step_mla); q/k_desc and dq_desc hand out
-    64-column tiles, v/do_desc 128-column ones."""
+    64-column tiles, v/do_desc 128-column ones. MLA without SPLIT_D: 128-key items (_step_mla_wide,
+    CONFIGS_MLA_WIDE)."""
     stride_dkb, stride_dkn, stride_dkh = stride_dk
     stride_dvb, stride_dvn, stride_dvh = stride_dv
     stride_lse_b, stride_lse_h = stride_lse
@@ -711,7 +856,7 @@ def attention_bwd_sm90_kernel(
         # or (MLA) a buffer per 64-column chunk
         DQ_M: gl.constexpr = BLOCK_M // 2 if DQ_ROWS else BLOCK_M
         DQ_N: gl.constexpr = MLA_CHUNK if MLA else (BLOCK_D if DQ_ROWS else BLOCK_D // 2)
-        dq_smem = gl.allocate_shared_memory(gl.float32, [QK_CHUNKS if MLA else 2, DQ_M, DQ_N],
+        dq_smem = gl.allocate_shared_memory(gl.float32, [QK_CHUNKS if MLA and SPLIT_D else 2, DQ_M, DQ_N],
                                             gl.NVMMASharedLayout.get_default_for([DQ_M, DQ_N], gl.float32))
     else:
         dq_smem = q_smem
