@@ -283,6 +283,33 @@ def _dq_tile(it, dst16, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores
 
 
 @gluon.jit
+def _probs_t(st_tok, start_m, stage, sm: BwdSmem, sc: Scores, lists: BlockLists, visit, mod: ScoreMod, offs_n,
+             seqlen_q, seqlen_k, window_left, window_right, alibi_slope, BLOCK_M: gl.constexpr, HAS_LEFT: gl.constexpr,
+             HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr):
+    """Pᵀ of a warpgroup's 64 keys against a query tile, from its Sᵀ (st_tok, still in flight): the tile's start
+    (a block mask's visit tile), query offsets, the raw scores (a score_mod's derivative is taken there), Pᵀ, the
+    rows' Delta and the softcap's tanh (_step, _step_mla_wide)."""
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)
+    tile = start_m // BLOCK_M  # a visit tile with a block mask
+    if lists.on:
+        start_m = lists.tile_start(visit, tile, BLOCK_M)
+    offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+    st = warpgroup_mma_wait(1, deps=[st_tok])
+    raw = st
+    st = mod.scores(st, offs_m[None, :], offs_n[:, None])
+    if lists.on and MASKED:  # a block mask's bits; its tiles hold no window edge or sequence end
+        st = lists.mask(st, visit, tile, offs_n, BLOCK_M)
+    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
+                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
+                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
+    # read from shared memory here, where it is used: loaded earlier it was spilled across the mask arithmetic
+    lse = sm.lse.index(stage).load(gl.SliceLayout(0, s_layout))
+    pt = gl.exp2(st * scale_log2 - lse[None, :])
+    delta = sm.delta.index(stage).load(gl.SliceLayout(0, s_layout))
+    return start_m, offs_m, raw, pt, delta, tanht
+
+
+@gluon.jit
 def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
           window_left, window_right, alibi_slope, lists: BlockLists, visit, mod: ScoreMod, WG: gl.constexpr,
           BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
@@ -304,22 +331,9 @@ def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
     mbarrier.wait(sm.do_ready.index(stage), phase)
     dpt_tok = warpgroup_mma(v_tile, do_tile.permute([1, 0]), gl.zeros([WG_M, BLOCK_M], gl.float32, s_layout),
                             use_acc=False, is_async=True)
-    tile = start_m // BLOCK_M  # a visit tile with a block mask
-    if lists.on:
-        start_m = lists.tile_start(visit, tile, BLOCK_M)
-    offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    st = warpgroup_mma_wait(1, deps=[st_tok])
-    raw = st  # a score_mod's derivative is taken at the raw scores
-    st = mod.scores(st, offs_m[None, :], offs_n[:, None])
-    if lists.on and MASKED:  # a block mask's bits; its tiles hold no window edge or sequence end
-        st = lists.mask(st, visit, tile, offs_n, BLOCK_M)
-    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
-                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
-                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
-    # read from shared memory here, where it is used: loaded earlier it was spilled across the mask arithmetic
-    lse = sm.lse.index(stage).load(gl.SliceLayout(0, s_layout))
-    pt = gl.exp2(st * scale_log2 - lse[None, :])
-    delta = sm.delta.index(stage).load(gl.SliceLayout(0, s_layout))
+    start_m, offs_m, raw, pt, delta, tanht = _probs_t(st_tok, start_m, stage, sm, sc, lists, visit, mod, offs_n,
+                                                     seqlen_q, seqlen_k, window_left, window_right, alibi_slope,
+                                                     BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED)
     if FUSED_DQ:
         # dS before the dV matmul is issued: P's operand copy is not live beside P, dPᵀ and dK, dV (issuing
         # dV first measured 2-14% slower on the H100, benchmarks/NOTES.md)
@@ -575,21 +589,9 @@ def _step_mla_wide(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b,
     mbarrier.wait(sm.do_ready.index(stage), phase)
     dpt_tok = warpgroup_mma(v_tile, do_tile.permute([1, 0]), gl.zeros([WG_M, BLOCK_M], gl.float32, s_layout),
                             use_acc=False, is_async=True)
-    tile = start_m // BLOCK_M  # a visit tile with a block mask
-    if lists.on:
-        start_m = lists.tile_start(visit, tile, BLOCK_M)
-    offs_m = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-    st = warpgroup_mma_wait(1, deps=[st_tok])
-    raw = st
-    st = mod.scores(st, offs_m[None, :], offs_n[:, None])
-    if lists.on and MASKED:
-        st = lists.mask(st, visit, tile, offs_n, BLOCK_M)
-    st, scale_log2, tanht = score_tail(st, offs_m[None, :], offs_n[:, None], seqlen_q, seqlen_k, sc.qk_scale,
-                                       window_left, window_right, sc.softcap_in2, sc.softcap_out, alibi_slope, HAS_LEFT,
-                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED and not lists.on, MASK_REL=True)
-    lse = sm.lse.index(stage).load(gl.SliceLayout(0, s_layout))
-    pt = gl.exp2(st * scale_log2 - lse[None, :])
-    delta = sm.delta.index(stage).load(gl.SliceLayout(0, s_layout))
+    start_m, offs_m, raw, pt, delta, tanht = _probs_t(st_tok, start_m, stage, sm, sc, lists, visit, mod, offs_n,
+                                                     seqlen_q, seqlen_k, window_left, window_right, alibi_slope,
+                                                     BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED)
     dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
     # dS first, in dPᵀ's registers: with dK's three chunks and dV live, P, dPᵀ, dS and P's operand together do
     # not fit in 240 registers
