@@ -283,6 +283,17 @@ def _dq_tile(it, dst16, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores
 
 
 @gluon.jit
+def _ds_t(pt, dpt, delta, tanht, raw, offs_m, offs_n, mod: ScoreMod, HAS_SOFTCAP: gl.constexpr):
+    """dSᵀ = Pᵀ (dPᵀ - Delta), times the softcap's and a score_mod's derivatives."""
+    dst = pt * (dpt - delta[None, :])
+    if HAS_SOFTCAP:
+        dst = dst * (1.0 - tanht * tanht)
+    if mod.on:
+        dst = dst * mod.derivative(raw, offs_m[None, :], offs_n[:, None])
+    return dst
+
+
+@gluon.jit
 def _probs_t(st_tok, start_m, stage, sm: BwdSmem, sc: Scores, lists: BlockLists, visit, mod: ScoreMod, offs_n,
              seqlen_q, seqlen_k, window_left, window_right, alibi_slope, BLOCK_M: gl.constexpr, HAS_LEFT: gl.constexpr,
              HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr):
@@ -344,11 +355,7 @@ def _step(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
         pt_op = gl.convert_layout(pt.to(q_tile.dtype), p_layout(BLOCK_D))
         dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
         dpt = warpgroup_mma_wait(1, deps=[dpt_tok])
-    dst = pt * (dpt - delta[None, :])
-    if HAS_SOFTCAP:
-        dst = dst * (1.0 - tanht * tanht)
-    if mod.on:
-        dst = dst * mod.derivative(raw, offs_m[None, :], offs_n[:, None])
+    dst = _ds_t(pt, dpt, delta, tanht, raw, offs_m, offs_n, mod, HAS_SOFTCAP)
     dst16 = dst.to(q_tile.dtype)
     dst_op = gl.convert_layout(dst16, p_layout(BLOCK_D))
     dk_tok = warpgroup_mma(dst_op, q_tile, dk, is_async=True)
@@ -393,11 +400,7 @@ def _half_probs(st_tok, v_tile, do_tile, start_m, sm: BwdSmem, sc: Scores, lists
     mbarrier.arrive(sm.p_ready.index(buf), count=1)
     delta = sm.delta.index(stage).slice(WG * HALF_M, HALF_M).load(gl.SliceLayout(0, s_layout))
     dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
-    dst = pt * (dpt - delta[None, :])
-    if HAS_SOFTCAP:
-        dst = dst * (1.0 - tanht * tanht)
-    if mod.on:
-        dst = dst * mod.derivative(raw, offs_m[None, :], offs_n[:, None])
+    dst = _ds_t(pt, dpt, delta, tanht, raw, offs_m, offs_n, mod, HAS_SOFTCAP)
     sm.ds.index(buf).slice(WG * HALF_M, HALF_M, dim=0).store(gl.permute(dst.to(sm.ds.dtype), [1, 0]))
     fence_async_shared()
     mbarrier.arrive(sm.ds_ready.index(buf), count=1)
@@ -593,13 +596,8 @@ def _step_mla_wide(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b,
                                                      seqlen_q, seqlen_k, window_left, window_right, alibi_slope,
                                                      BLOCK_M, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED)
     dpt = warpgroup_mma_wait(0, deps=[dpt_tok])
-    # dS first, in dPᵀ's registers: with dK's three chunks and dV live, P, dPᵀ, dS and P's operand together do
-    # not fit in 240 registers
-    dst = pt * (dpt - delta[None, :])
-    if HAS_SOFTCAP:
-        dst = dst * (1.0 - tanht * tanht)
-    if mod.on:
-        dst = dst * mod.derivative(raw, offs_m[None, :], offs_n[:, None])
+    # dS before P's operand (at 64-row tiles either order spilled alike; 32-row tiles fit)
+    dst = _ds_t(pt, dpt, delta, tanht, raw, offs_m, offs_n, mod, HAS_SOFTCAP)
     pt_op = gl.convert_layout(pt.to(do_tile.dtype), p_layout(V_W))
     dv_tok = warpgroup_mma(pt_op, do_tile, dv, is_async=True)
     dst16 = dst.to(do_tile.dtype)
