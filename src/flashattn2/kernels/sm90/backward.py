@@ -739,15 +739,15 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
             # every matmul of this warpgroup that read K or V has retired (each step waits for its own): the
             # producer may load the next work item's while this one's dK and dV go out
             mbarrier.arrive(sm.kv_empty, count=1)
-            if WIDE:  # dK's three chunks, scaled as below
+            if WIDE:  # dK's chunks 1 and 2, scaled as below; chunk 0 leaves through the shared path
                 rows_c = key0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, o_layout))
                 rows_c64 = (k_start + rows_c).to(gl.int64)[:, None]
-                for c in gl.static_range(MLA_QK_DIM // MLA_CHUNK):
+                for c in gl.static_range(1, MLA_QK_DIM // MLA_CHUNK):
                     cols_c = c * MLA_CHUNK + gl.arange(0, MLA_CHUNK, layout=gl.SliceLayout(0, o_layout))
                     gl.store(dK + off_b.to(gl.int64) * stride_dkb + off_hk.to(gl.int64) * stride_dkh
                              + rows_c64 * stride_dkn + cols_c[None, :],
                              (dk[c] * sc.softmax_scale).to(dK.dtype.element_ty), mask=(rows_c[:, None] < n_keys))
-                dk = dk[0]  # the shared path below stores chunk 0 again (the same values)
+                dk = dk[0]
             # dK = scale * dSᵀ Q: the softmax scale is applied once, here
             dk_out = (dk * sc.softmax_scale).to(dK.dtype.element_ty)
             if B_IS_DK:

@@ -397,10 +397,9 @@ class LatentLaunch:
     launch gets them), o_strides / l_strides the plan's (split, batch, row, head) strides of Out and Lse."""
 
     def __init__(self, q: torch.Tensor, k_cache: torch.Tensor, block_table, cache_seqlens, cache_batch_idx, opts,
-                 num_splits: int, o_strides: tuple, l_strides: tuple, flag_word: int,
-                 tuning: dict | None = None) -> None:
+                 num_splits: int, o_strides: tuple, l_strides: tuple, flag_word: int) -> None:
         batch, seqlen_q, nheads, _ = q.shape
-        value_wgs = {**LATENT_TUNING, **(tuning or {})}["VALUE_WGS"]
+        value_wgs = LATENT_TUNING["VALUE_WGS"]
         paged = block_table is not None
         num_pages, page_size, capacity, cache_rows = cache_geometry(k_cache, block_table)
         self.q_block, self.k_block = [1, 1, int(HEADS), int(CHUNK)], [1, int(BLOCK_N), 1, int(CHUNK)]
