@@ -203,6 +203,26 @@ def test_check_and_poison_names_the_problem_and_poisons_outputs(cu, message):
     assert not outs[1].isnan().any()
 
 
+def test_check_and_poison_with_no_rows_to_fill():
+    # a packed batch without query rows (fuzz seed 9, case 4832) has only empty outputs: the kernel's NaN fill takes
+    # a spare float buffer, not an index tensor (an int32 buffer did not compile for sm_90)
+    cu_q = torch.tensor([0, 0], dtype=torch.int32, device=DEVICE)
+    cu_k = torch.tensor([0, 37], dtype=torch.int32, device=DEVICE)
+    outs = (torch.empty(0, 2, 8, dtype=torch.float16, device=DEVICE), torch.empty(2, 0, device=DEVICE))
+    targets = cu_seqlens.poison_targets(outs, cu_q.device)
+    assert len(targets) == 3 and all(x.dtype.is_floating_point and x.numel() > 0 for x in targets)
+    cu_seqlens.check_and_poison(cu_q, cu_k, 0, 37, 0, 37, outs)
+    if cu_q.is_cuda:
+        torch.cuda.synchronize()
+    cu_seqlens.raise_pending(cu_q.device)
+    # bad values with nothing to fill still raise
+    with pytest.raises(ValueError, match="cu_seqlens_k must end at the number of rows of k"):
+        cu_seqlens.check_and_poison(cu_q, cu_k, 0, 40, 0, 37, outs)
+        if cu_q.is_cuda:
+            torch.cuda.synchronize()
+        cu_seqlens.raise_pending(cu_q.device)
+
+
 def test_describe_lists_every_failed_check_of_q_and_k():
     text = cu_seqlens.describe(0b0101 | (0b1000 << 4))
     assert text == ("cu_seqlens_q must start at 0, must end at the number of rows of q; "

@@ -136,6 +136,20 @@ def raise_pending(device: torch.device) -> None:
 
 
 _plans = PlanCache()
+_spare: dict[torch.device, torch.Tensor] = {}
+
+
+def poison_targets(outputs: tuple[torch.Tensor, ...], device: torch.device) -> list[torch.Tensor]:
+    """The three buffers check_and_poison's kernel takes: the first three non-empty outputs, then the first again
+    (or, when every output is empty, a spare float buffer: the kernel's NaN fill compiles for float types only)
+    with nothing to fill."""
+    outs = [x for x in outputs if x is not None and x.numel() > 0][:3]
+    if not outs:
+        spare = _spare.get(device)
+        if spare is None:
+            spare = _spare[device] = torch.empty(1, dtype=torch.float32, device=device)
+        outs = [spare]
+    return outs + [outs[0]] * (3 - len(outs))
 
 
 def check_and_poison(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, total_q: int, total_k: int,
@@ -143,10 +157,9 @@ def check_and_poison(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, tot
     """Launch the check of one call's cumulative lengths; NaN-fill up to three outputs if it fails."""
     device = cu_seqlens_q.device
     flag = _flag(device)
-    outs = [x for x in outputs if x is not None and x.numel() > 0][:3]
-    # an absent buffer is the first one again with nothing to fill
-    sizes = [x.numel() for x in outs] + [0] * (3 - len(outs))
-    outs += [outs[0] if outs else cu_seqlens_q] * (3 - len(outs))
+    outs = poison_targets(outputs, device)
+    sizes = [x.numel() for x in outputs if x is not None and x.numel() > 0][:3]
+    sizes += [0] * (3 - len(sizes))
     key = (cu_seqlens_q.shape, total_q, total_k, max_seqlen_q, max_seqlen_k, *sizes, *[x.dtype for x in outs],
            align(cu_seqlens_q), align(cu_seqlens_k), *[align(x) for x in outs])
     check = _plans.get(key)
