@@ -5,6 +5,7 @@ one process, interleaved per shape: python scripts/ab_gluon.py --out DIR [--dtyp
 Each variant's output is checked against the Triton forward's before it is timed. --dtypes fp8 quantises
 bf16 inputs per (batch, kv head) with quantize_fp8 and times both kernels' FP8 forwards (no cuDNN peer)."""
 
+import os
 import argparse
 import functools
 import json
@@ -92,6 +93,7 @@ def main():
                     print(json.dumps(rows[-1]), flush=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                 date=time.strftime("%Y-%m-%d"))
+    os.makedirs(args.out, exist_ok=True)
     with open(f"{args.out}/ab_gluon.json", "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)
 

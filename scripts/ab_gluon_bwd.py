@@ -3,6 +3,7 @@ all-Triton backward and cuDNN, interleaved per shape: python scripts/ab_gluon_bw
 [--set KEY=VALUE ...]. Each variant's gradients are checked against Triton's first. "fused-..." variants
 compute dQ in the kernel; "dkdv..." ones leave it to the Triton dQ kernel (the deterministic path)."""
 
+import os
 import argparse
 import json
 import time
@@ -127,6 +128,7 @@ def main():
         print(json.dumps(rows[-1]), flush=True)
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                 date=time.strftime("%Y-%m-%d"))
+    os.makedirs(args.out, exist_ok=True)
     with open(f"{args.out}/ab_gluon_bwd.json", "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)
 
