@@ -52,17 +52,17 @@ VARIANTS = [
     # a value head dim unlike the query's (MLA 192/128): Q and K in three 64-column tiles, O by pointer stores
     (192, torch.bfloat16, {"head_dim_v=128": True}),
     (192, torch.float16, {"head_dim_v=128": True, "HAS_RIGHT": True, "REVERSE_M": True, "IS_VARLEN": True}),
-    # and its backward: 64-key items, Q and K in 64-column tiles of [rows, 256] buffers (_step_mla)
-    (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True}),
-    (192, torch.float16, {"BWD": True, "head_dim_v=128": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
-    (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "FUSED_DQ=0": True}),
-    # its 128-key items (CONFIGS_MLA_WIDE: 32-row query tiles, dQᵀ = Kᵀ dSᵀ, FREE_REGS); 116 bytes of spills
-    # outside the query-tile loop under triton 3.6
-    (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "SPLIT_D=0": True, "BLOCK_M=32": True,
-                           "STAGES=3": True, "FREE_REGS=1": True, "MAY_SPILL": True}),
-    (192, torch.float16, {"BWD": True, "head_dim_v=128": True, "SPLIT_D=0": True, "BLOCK_M=32": True,
-                          "STAGES=3": True, "FREE_REGS=1": True, "HAS_RIGHT": True, "IS_VARLEN": True,
+    # and its backward: 128-key items (CONFIGS_MLA: 32-row query tiles, dQᵀ = Kᵀ dSᵀ, FREE_REGS); 116 bytes of
+    # spills outside the query-tile loop under triton 3.6
+    (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "MAY_SPILL": True}),
+    (192, torch.float16, {"BWD": True, "head_dim_v=128": True, "HAS_RIGHT": True, "IS_VARLEN": True,
                           "MAY_SPILL": True}),
+    (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "FUSED_DQ=0": True, "MAY_SPILL": True}),
+    # the 64-key items kept to compare (CONFIGS_MLA_NARROW: Q and K in 64-column tiles of [rows, 256] buffers)
+    (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "SPLIT_D=1": True, "BLOCK_M=64": True,
+                           "STAGES=2": True, "FREE_REGS=0": True}),
+    (192, torch.float16, {"BWD": True, "head_dim_v=128": True, "SPLIT_D=1": True, "BLOCK_M=64": True,
+                          "STAGES=2": True, "FREE_REGS=0": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
     # head dim 256: 64-key programs, the warpgroups split the head dim (SPLIT_D)
     (256, torch.bfloat16, {"BWD": True}),
     (256, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
@@ -190,7 +190,9 @@ def test_gluon_variant_compiles_for_sm90(head_dim, dtype, flags, tmp_path):
     assert "wgmma.mma_async" in ptx, "no wgmma: the matmuls fell off the Hopper tensor-core path"
     assert "cp.async.bulk.tensor" in ptx, "no TMA copies"
     assert "setmaxnreg" in ptx, "no register reallocation between producer and consumers"
-    if "FREE_REGS=1" in flags:
+    # the MLA backward's default (CONFIGS_MLA) compiles free too
+    mla_bwd = "BWD" in flags and "head_dim_v=128" in flags
+    if "FREE_REGS=1" in flags or (mla_bwd and "FREE_REGS=0" not in flags):
         assert ".maxnreg" not in ptx and ".reqntid" in ptx, "FREE_REGS: the PTX keeps the launch's register cap"
     report = _ptxas_report(run.stdout.strip(), ptx_path, tmp_path)
     assert "C7510" not in report and "C7515" not in report, f"ptxas serialised the wgmma pipeline:\n{report}"
@@ -264,6 +266,10 @@ def test_auto_and_default_tiles_per_head_dim():
     # dense non-causal: d64 on three consumers, from AUTO_D64_MIN_ROWS query rows on Gluon; d128 with O apart;
     # both with two Q stages, as dense causal calls at d64 and d128 (with the lazy O wait there)
     assert default_tuning(64, False, full)["CONSUMERS"] == 3 and default_tuning(64, False, causal)["CONSUMERS"] == 2
+    # FREE_REGS where it measured faster: d64 dense non-causal only (and the MLA backward, sm90/backward.py)
+    assert default_tuning(64, False, full)["FREE_REGS"] and AUTO_D64_MIN_ROWS == 512
+    assert not any(default_tuning(d, fp8, o)["FREE_REGS"] for d in (64, 128, 256) for fp8 in (False, True)
+                   for o in (causal, packed) + ((full,) if fp8 or d > 64 else ()))
     for head_dim in (64, 128):
         dense, dense_causal = default_tuning(head_dim, False, full), default_tuning(head_dim, False, causal)
         assert dense["Q_STAGES"] == dense_causal["Q_STAGES"] == 2
@@ -481,6 +487,9 @@ def test_gluon_forward_three_consumers(shape, free_regs, gluon_backend, monkeypa
 
     three = dict(fwd_sm90.CONFIGS[64], CONSUMERS=3, PINGPONG=False, FREE_REGS=free_regs)
     monkeypatch.setattr(fwd_sm90, "CONFIGS", {**fwd_sm90.CONFIGS, 64: three})
+    # dense non-causal calls take CONFIGS_NONCAUSAL's FREE_REGS over CONFIGS': this test's choice instead
+    noncausal = {**fwd_sm90.CONFIGS_NONCAUSAL, 64: dict(fwd_sm90.CONFIGS_NONCAUSAL[64], FREE_REGS=free_regs)}
+    monkeypatch.setattr(fwd_sm90, "CONFIGS_NONCAUSAL", noncausal)
     flashattn2.set_backend("gluon")
     q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
     out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)

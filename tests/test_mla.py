@@ -97,12 +97,12 @@ def test_the_hopper_kernels_take_192_128_only_and_errors_name_the_problem():
 def test_gluon_unlike_value_head_dim(causal, varlen, deterministic, long, items, monkeypatch):
     # the Hopper forward and backward at 192/128 (Q and K in 64-column tiles): cut query and key tiles, GQA, packed
     # sequences, the deterministic backward (dK/dV kernel, dQ from the Triton kernel); long: more work items than
-    # SMs, so that programs of the persistent grids take several; the backward's 64-key items (CONFIGS_MLA) and
-    # its prepared 128-key ones (CONFIGS_MLA_WIDE)
+    # SMs, so that programs of the persistent grids take several; the backward's 128-key items (CONFIGS_MLA) and
+    # the 64-key ones kept to compare (CONFIGS_MLA_NARROW)
     from flashattn2.kernels.sm90 import backward as bwd_sm90
 
-    if items == "128-key":
-        monkeypatch.setattr(bwd_sm90, "CONFIGS_MLA", bwd_sm90.CONFIGS_MLA_WIDE)
+    if items == "64-key":
+        monkeypatch.setattr(bwd_sm90, "CONFIGS_MLA", bwd_sm90.CONFIGS_MLA_NARROW)
     torch.manual_seed(3)
     flashattn2.set_backend("gluon")  # drops plans made with the other tuning
     try:

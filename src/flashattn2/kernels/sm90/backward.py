@@ -78,21 +78,24 @@ CONFIGS_DKDV = {64: dict(BLOCK_M=32, STAGES=3, SPLIT_D=False, **_DKDV),
                 256: dict(BLOCK_M=64, STAGES=2, SPLIT_D=True, **_DKDV)}
 MAXNREG = 168
 CONSUMER_REGS = gl.constexpr(240)
-# FREE_REGS (a tuning key, off unless a tuning sets it; prepared, not yet measured): compile under
+# FREE_REGS (a tuning key; CONFIGS_MLA sets it, the others not): compile under
 # common.free_registers, so the consumers get the 240 registers their setmaxnreg grants instead of the launch's 168.
 # sm_90 (triton 3.6) spill stores, capped -> free: d64 20 -> 0, d128 causal packed 44 -> 8, block-sparse d128 28
-# -> 16, with a softcap score_mod 272 -> 148. The kernel ignores the argument; it keys Triton's cache.
-# a value head dim unlike the query's (MLA's 192/128, _step_mla): 64-key items as SPLIT_D's, Q and K as three
-# 64-column buffers each, two Q/dO stages (shared memory: K 24 KB, V 16, Q 48, dO 32, P and dS 32, dQ 48)
-CONFIGS_MLA = {(192, 128): dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False,
-                                COALESCED_DKV=False, L2_SECTIONS=0)}
+# -> 16, with a softcap score_mod 272 -> 148. The kernel ignores the argument; it keys Triton's cache. Measured at
+# d64/d128 (1k-16k, H100): -4% to +3% at most lengths, -10% at 16k in the dK/dV kernel, so off there.
 MLA_QK_DIM, MLA_CHUNK = gl.constexpr(192), gl.constexpr(64)
-# 128-key items at 192/128 (_step_mla_wide; prepared, not yet run): half the dQ reduce-adds and Q/dO reads per FLOP
-# of the 64-key items, whose step ncu showed L2-bound (93% of L2 throughput). Each warpgroup holds dK's three
-# 64-column chunks and dV for its 64 keys (160 registers of accumulators), so the query tiles are 32 rows (dQ as
-# dQᵀ = Kᵀ dSᵀ) and the consumers take their setmaxnreg's 240 registers (FREE_REGS). sm_90 (triton 3.6): 177 KB
-# of shared memory, 116 bytes of spill stores, all outside the query-tile loop. With 64-row tiles it spilled 1.4 KB.
-CONFIGS_MLA_WIDE = {(192, 128): dict(CONFIGS_MLA[(192, 128)], BLOCK_M=32, STAGES=3, SPLIT_D=False, FREE_REGS=True)}
+# a value head dim unlike the query's (MLA's 192/128): 128-key items (_step_mla_wide). Each warpgroup holds dK's
+# three 64-column chunks and dV for its 64 keys (160 registers of accumulators), so the query tiles are 32 rows (dQ
+# as dQᵀ = Kᵀ dSᵀ) and the consumers take their setmaxnreg's 240 registers (FREE_REGS). sm_90 (triton 3.6): 177 KB
+# of shared memory, 116 bytes of spill stores, all outside the query-tile loop (64-row tiles spilled 1.4 KB).
+# Against the 64-key items (CONFIGS_MLA_NARROW), whose step ncu showed L2-bound (93% of L2 throughput): half the
+# dQ reduce-adds and Q/dO reads per FLOP; backward 1.03-1.08x cuDNN's time causal at 2k-16k where they ran
+# 1.25-1.32x (bf16, H100, 2026-11-25, benchmarks/NOTES.md)
+CONFIGS_MLA = {(192, 128): dict(BLOCK_M=32, STAGES=3, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False,
+                                COALESCED_DKV=False, L2_SECTIONS=0, FREE_REGS=True)}
+# the 64-key items (_step_mla), kept to compare: as SPLIT_D's, Q and K as three 64-column buffers each, two Q/dO
+# stages (shared memory: K 24 KB, V 16, Q 48, dO 32, P and dS 32, dQ 48)
+CONFIGS_MLA_NARROW = {(192, 128): dict(CONFIGS_MLA[(192, 128)], BLOCK_M=64, STAGES=2, SPLIT_D=True, FREE_REGS=False)}
 
 
 @aggregate
@@ -814,8 +817,8 @@ def attention_bwd_sm90_kernel(
     Lse is FlexAttention's (-inf for rows that see no key). A score_mod (MOD_FN and its derivative MOD_GRAD,
     captures: its tensors; qk_scale then log2(e)) applies as in the forward, with dS times its derivative.
     MLA (with SPLIT_D): query/key head dim 192, value head dim 128 (_step_mla); q/k_desc and dq_desc hand out
-    64-column tiles, v/do_desc 128-column ones. MLA without SPLIT_D: 128-key items (_step_mla_wide,
-    CONFIGS_MLA_WIDE)."""
+    64-column tiles, v/do_desc 128-column ones. MLA without SPLIT_D (CONFIGS_MLA, the default): 128-key items
+    (_step_mla_wide)."""
     stride_dkb, stride_dkn, stride_dkh = stride_dk
     stride_dvb, stride_dvn, stride_dvh = stride_dv
     stride_lse_b, stride_lse_h = stride_lse
@@ -943,8 +946,8 @@ AUTO_CAUSAL_MIN_ROWS = {64: 1024, 128: 1024, 256: 0}
 # deterministic calls (the dK/dV-only kernel with the Triton dQ pass) where that measured faster than the
 # Triton backward: 1.2-1.3x at head dim 256; at 64 0.93-0.96x, at 128 0.95-1.04x (H100)
 AUTO_DETERMINISTIC_HEAD_DIMS = (256,)
-# MLA's 192/128 (CONFIGS_MLA; a query head dim 192 reaches here only with it): one Q stage ran 1.37-1.40x cuDNN's
-# time causal at 2k-16k, where the Triton backward ran 1.91-2.07x (bf16, H100, 2026-11-25)
+# MLA's 192/128 (a query head dim 192 reaches here only with it): CONFIGS_MLA ran 1.03-1.08x cuDNN's time causal
+# at 2k-16k, where the Triton backward ran 1.91-2.07x (bf16, H100, 2026-11-25)
 AUTO_MLA_QUERY_DIMS = (192,)
 
 
@@ -1029,7 +1032,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     fused = flags.get("FUSED_DQ", True)
     mla = head_dim_v not in (None, head_dim)
     config = CONFIGS_MLA[(head_dim, head_dim_v)] if mla else (CONFIGS if fused else CONFIGS_DKDV)[head_dim]
-    constants = dict(config, HAS_LEFT=False, HAS_RIGHT=False, MLA=mla, FREE_REGS=False,
+    constants = dict(dict(FREE_REGS=False), **config, HAS_LEFT=False, HAS_RIGHT=False, MLA=mla,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, SPARSE_Q=128, SPARSE_KV=128)
     block_sparse = flags.pop("BLOCK_SPARSE", False)
     if not block_sparse:

@@ -94,7 +94,8 @@ from .gluon_api import (
 # (CONFIGS_NONCAUSAL); causal lost 15-40% at 512-4k (it spills on the schedule's path).
 # the keys every entry shares: a persistent grid where items cost alike, the options above off, two consumers
 # FREE_REGS: compile under common.free_registers (no `.maxnreg`: each partition as many registers as its setmaxnreg
-# grants; the three-consumer d64 kernel stops spilling); prepared, not yet measured, so off everywhere
+# grants; the three-consumer d64 kernel stops spilling). On where it measured faster (CONFIGS_NONCAUSAL's d64); at
+# d128, d256 and d64 causal it was within noise (-3 to +4%, H100, 2026-11-25), so off there
 _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2, ITEM_COST=1, Q_STAGES=1,
              LAZY_O_WAIT=False, FREE_REGS=False)
 # the tuning keys the host reads (launch grid, schedule): not kernel arguments. FREE_REGS is read by the host too,
@@ -126,9 +127,10 @@ CONFIGS_CAUSAL = {
 # dense calls without a right window edge, over CONFIGS' entry: d64 takes three consumers (192-row items) against two,
 # 512 / 1k / 2k / 4k / 16k -1 / -1 / +8 / +7 / +9%; d128 O apart with 2 stages +2 / +1 / +2 / +1 / 0% (8k +1%)
 # (bf16, H100, 2026-11-24; three consumers with O apart lost 7% at 16k). Then two Q stages: d128 +13 / +7 / +4 / -1 /
-# +1%, d64 2k / 4k / 16k +3 / 0 / 0% (2026-11-25; the lazy O wait with them lost 7% at d128 16k)
+# +1%, d64 2k / 4k / 16k +3 / 0 / 0% (2026-11-25; the lazy O wait with them lost 7% at d128 16k). Then FREE_REGS at
+# d64 (its consumers' 160 registers, no stack): +6 / +4 / +6 / +4 / +3%, in two runs (bf16, H100, 2026-11-25)
 CONFIGS_NONCAUSAL = {
-    64: dict(CONSUMERS=3, Q_STAGES=2),
+    64: dict(CONSUMERS=3, Q_STAGES=2, FREE_REGS=True),
     128: dict(SEPARATE_O=True, STAGES=2, Q_STAGES=2),
 }
 # FP8 causal: d128 keeps 128-key tiles (its work items hold few); the scheduled grid at d64 +42 / +40 / +27 / +19 /
@@ -152,14 +154,15 @@ CONFIGS_MLA = {
 CONFIGS_MLA_CAUSAL = {(192, 128): dict(PERSISTENT_CAUSAL=True)}
 # where "auto" takes this kernel: at head dim 64 the Triton forward is as fast (NOTES.md), except dense calls
 # without a right window edge from AUTO_D64_MIN_ROWS query rows, where three consumers beat it (bf16, H100,
-# 2026-11-24: 2k 436 against 417, 4k 453 against 414, 16k 502 against 440; 1k 360 against 378), and dense causal
-# calls from AUTO_D64_CAUSAL_MIN_ROWS (2026-11-25, two Q stages: 8k 418 against 410, 16k 454 against 430; 4k level)
+# 2026-11-25, with FREE_REGS, TFLOP/s against Triton's: 512 350 / 334, 1k 395-402 / 371, 2k 460 / 396, 4k 465 /
+# 409, 16k 490 / 431; shorter calls not measured), and dense causal calls from AUTO_D64_CAUSAL_MIN_ROWS (2026-11-25,
+# two Q stages: 8k 418 against 410, 16k 454 against 430; 4k level)
 AUTO_HEAD_DIMS = (128, 256)
 # MLA's 192/128 (CONFIGS_MLA): 1.04 / 1.10 / 1.11 / 1.30x cuDNN causal at 2k / 4k / 8k / 16k, where the Triton forward
 # ran 0.57-0.72x (bf16, H100, 2026-11-25)
 AUTO_MLA_QUERY_DIMS = (192,)
 AUTO_HEAD_DIMS_FP8 = (64, 128, 256)
-AUTO_D64_MIN_ROWS = 2048
+AUTO_D64_MIN_ROWS = 512
 AUTO_D64_CAUSAL_MIN_ROWS = 8192
 # FP8 causal calls with fewer query rows than this (per head dim) ran faster on the Triton FP8 kernel: their
 # work items hold few key tiles, so this kernel's pipeline fill and drain show (H100, NOTES.md). With the scheduled
