@@ -5,10 +5,10 @@ one process, interleaved per shape: python scripts/ab_gluon.py --out DIR [--dtyp
 Each variant's output is checked against the Triton forward's before it is timed. --dtypes fp8 quantises
 bf16 inputs per (batch, kv head) with quantize_fp8 and times both kernels' FP8 forwards (no cuDNN peer)."""
 
-import os
 import argparse
 import functools
 import json
+import os
 import sys
 import time
 

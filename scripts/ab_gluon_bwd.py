@@ -3,9 +3,9 @@ all-Triton backward and cuDNN, interleaved per shape: python scripts/ab_gluon_bw
 [--set KEY=VALUE ...]. Each variant's gradients are checked against Triton's first. "fused-..." variants
 compute dQ in the kernel; "dkdv..." ones leave it to the Triton dQ kernel (the deterministic path)."""
 
-import os
 import argparse
 import json
+import os
 import time
 
 import torch
