@@ -258,7 +258,8 @@ import re
 import torch
 from flashattn2.kernels.sm90.latent import compile_for_sm90
 for flags in (dict(), dict(NUM_SPLITS=4, HAS_SEQLENS=True, HAS_BATCH_IDX=True),
-              dict(PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=8), dict(VALUE_WGS=2, PAGED=True)):
+              dict(PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=8), dict(VALUE_WGS=2, PAGED=True),
+              dict(EARLY_LOAD=False, PAGED=True, HAS_SEQLENS=True, NUM_SPLITS=2)):
     kernel = compile_for_sm90(torch.bfloat16, **flags)
     ptx = kernel.asm["ptx"]
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx, flags
@@ -321,18 +322,21 @@ def test_auto_takes_the_gluon_latent_kernel():
 @pytest.mark.parametrize("paged,seqlen_q,num_splits,heads,batch_idx",
                          [(False, 1, 1, 128, False), (False, 2, 0, 128, False), (True, 2, 3, 64, False),
                           (True, 1, 0, 128, False), (False, 1, 2, 64, True)])
-@pytest.mark.parametrize("value_wgs", [4, 2])
-def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, value_wgs, monkeypatch):
+@pytest.mark.parametrize("value_wgs,early_load", [(4, True), (2, True), (4, False)],
+                         ids=["wgs4-early-load", "wgs2-early-load", "wgs4"])
+def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, value_wgs, early_load, monkeypatch):
     # sm90/latent.py under FLASHATTN2_BACKEND=gluon: the cache's capacity past each sequence holds NaN (the kernel
     # zeroes those key rows before P V), lengths that cut tiles, one or two query rows (causal), splits, pages of
-    # 64 keys, a cache_batch_idx; four value warpgroups of 128 columns and two of 256 (VALUE_WGS)
+    # 64 keys, a cache_batch_idx; four value warpgroups of 128 columns and two of 256 (VALUE_WGS); the next tile's
+    # load under the scores' wgmmas (EARLY_LOAD)
     from flashattn2 import inference
     from flashattn2.kernels import backends
     from flashattn2.kernels.portable import kvcache
     from flashattn2.kernels.portable.kvcache import kvcache_plan
     from flashattn2.kernels.sm90 import latent
 
-    monkeypatch.setattr(latent, "LATENT_TUNING", dict(latent.LATENT_TUNING, VALUE_WGS=value_wgs))
+    monkeypatch.setattr(latent, "LATENT_TUNING", dict(latent.LATENT_TUNING, VALUE_WGS=value_wgs,
+                                                      EARLY_LOAD=early_load))
     inference._seen.clear()  # plans made under the other tuning
     kvcache._plans.clear()
 
@@ -363,6 +367,7 @@ def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, va
         plan = kvcache_plan(q, *caches, None, None, seqlens, None, rows, kwargs.get("block_table"), opts, num_splits,
                             backends.kvcache_hopper())
         assert plan.backend == "gluon-sm90" and plan.attend.launch.named["VALUE_WGS"] == value_wgs
+        assert plan.attend.launch.named["EARLY_LOAD"] == early_load
     finally:
         flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
     assert out.shape == (batch, seqlen_q, heads, 512)

@@ -51,7 +51,12 @@ STAGES = gl.constexpr(2)  # key tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of
 # [64, 256] (FlashMLA's split: one m64n256 wgmma a tile, 128 registers of O; 154 registers measured): 12 warps at
 # 168. VALUE_WGS is the launch's choice (LATENT_TUNING); 2 is prepared, not yet measured.
 MAXNREG = {4: 96, 2: 168}
-LATENT_TUNING = dict(VALUE_WGS=4)
+# EARLY_LOAD: the scores warpgroup issues the load of tile i + 1 right after S_i's wgmmas (it waits for the value
+# warpgroups to free the stage while they run) instead of after S_i's softmax. ncu (H100, batch 64, 16k keys) had
+# it waiting for its key tile 17.5% of its time: with two stages the load of tile i + 1 went out only after tile
+# i's scores. Measured (H100, two runs, batch 8-64, 16k-64k keys): +3 to +10% on every row but one (batch 64, 64k
+# dense: -10% in one run, level in the other); 0.61-0.65 of the copy bandwidth from batch 8 at 64k keys.
+LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True)
 
 
 @aggregate
@@ -189,7 +194,8 @@ def _zero_rows_from(tile, first):
 
 @gluon.jit
 def _scores(q_desc, k_desc, sm: LatentSmem, w: LatentWork, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale,
-            page_size, num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr, PAGED: gl.constexpr):
+            page_size, num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr, PAGED: gl.constexpr,
+            EARLY_LOAD: gl.constexpr):
     """S = Q Kᵀ of each tile, the online softmax, P and the rows' rescale factors to the value warpgroups; at the
     end the rows' sums l and lse (NaN for a sequence that failed a check). It also issues the TMA loads: a loader
     warp would make 21 warps, which the launch rounds to 24, and 24 x 32 threads at 96 registers pass the 64K."""
@@ -215,6 +221,8 @@ def _scores(q_desc, k_desc, sm: LatentSmem, w: LatentWork, Lse, Flag, BlockTable
         s = warpgroup_mma(q, k.permute([1, 0]), gl.zeros([HEADS, BLOCK_N], gl.float32, s_layout), use_acc=False,
                           is_async=True)
         s = warpgroup_mma(q_tail, k_tail.permute([1, 0]), s, is_async=True)
+        if EARLY_LOAD and i > 0:  # under S_i's wgmmas; the stage is free once P V of tile i - 1 is done
+            _load_tile(k_desc, sm, w, i - 1 + STAGES, BlockTable, stride_bt, page_size, num_pages, PAGED)
         _, _, bad = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
         bad_page |= bad.to(gl.int32)
         s = warpgroup_mma_wait(0, deps=[s])
@@ -230,7 +238,7 @@ def _scores(q_desc, k_desc, sm: LatentSmem, w: LatentWork, Lse, Flag, BlockTable
             _zero_rows_from(k, w.n_hi - start_n)
         # the value warpgroups have read the last P and factors, hence tile i - 1: its stage takes tile i - 1 + STAGES
         mbarrier.wait(sm.p_free, free_phase(i, 1))
-        if i > 0:
+        if not EARLY_LOAD and i > 0:
             _load_tile(k_desc, sm, w, i - 1 + STAGES, BlockTable, stride_bt, page_size, num_pages, PAGED)
         sm.p.store(p.to(dtype))
         sm.alpha.store(alpha)
@@ -291,7 +299,7 @@ def latent_decode_kernel(
     q_desc, k_desc, Out, Lse, Flag, CacheSeqlens, CacheBatchIdx, BlockTable, stride_o, stride_lse, stride_bt,
     nheads, seqlen_q, capacity, cache_rows, num_pages, page_size, qk_scale,
     NUM_SPLITS: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SEQLENS: gl.constexpr, HAS_BATCH_IDX: gl.constexpr,
-    PAGED: gl.constexpr, FLAG_WORD: gl.constexpr, VALUE_WGS: gl.constexpr,
+    PAGED: gl.constexpr, FLAG_WORD: gl.constexpr, VALUE_WGS: gl.constexpr, EARLY_LOAD: gl.constexpr,
 ):
     """Program (query position, batch x 64-head slot, split). q_desc: (batch, seqlen_q, heads, 576) in [1, 1, 64, 64]
     boxes; k_desc: the cache (rows, capacity, 1, 576) or pages (num_pages, page_size, 1, 576) in [1, 64, 1, 64]
@@ -327,7 +335,7 @@ def latent_decode_kernel(
     if VALUE_WGS == 4:
         gl.warp_specialize([
             (_scores, (q_desc, k_desc, sm, w, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale, page_size,
-                       num_pages, FLAG_WORD, NUM_SPLITS, PAGED)),
+                       num_pages, FLAG_WORD, NUM_SPLITS, PAGED, EARLY_LOAD)),
             (_values, (0, VALUE_WGS, sm, w, Out, stride_o)),
             (_values, (1, VALUE_WGS, sm, w, Out, stride_o)),
             (_values, (2, VALUE_WGS, sm, w, Out, stride_o)),
@@ -336,7 +344,7 @@ def latent_decode_kernel(
     else:
         gl.warp_specialize([
             (_scores, (q_desc, k_desc, sm, w, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale, page_size,
-                       num_pages, FLAG_WORD, NUM_SPLITS, PAGED)),
+                       num_pages, FLAG_WORD, NUM_SPLITS, PAGED, EARLY_LOAD)),
             (_values, (0, VALUE_WGS, sm, w, Out, stride_o)),
             (_values, (1, VALUE_WGS, sm, w, Out, stride_o)),
         ], [4, 4], [168, 168])
@@ -399,7 +407,7 @@ class LatentLaunch:
     def __init__(self, q: torch.Tensor, k_cache: torch.Tensor, block_table, cache_seqlens, cache_batch_idx, opts,
                  num_splits: int, o_strides: tuple, l_strides: tuple, flag_word: int) -> None:
         batch, seqlen_q, nheads, _ = q.shape
-        value_wgs = LATENT_TUNING["VALUE_WGS"]
+        value_wgs = LATENT_TUNING["VALUE_WGS"]  # the launch's register cap follows it
         paged = block_table is not None
         num_pages, page_size, capacity, cache_rows = cache_geometry(k_cache, block_table)
         self.q_block, self.k_block = [1, 1, int(HEADS), int(CHUNK)], [1, int(BLOCK_N), 1, int(CHUNK)]
@@ -411,7 +419,7 @@ class LatentLaunch:
                  nheads=nheads, seqlen_q=seqlen_q, capacity=capacity, cache_rows=cache_rows, num_pages=num_pages,
                  page_size=page_size, qk_scale=opts.kernel_args()["qk_scale"], NUM_SPLITS=num_splits,
                  HAS_RIGHT=opts.window_right >= 0, HAS_SEQLENS=cache_seqlens is not None,
-                 HAS_BATCH_IDX=cache_batch_idx is not None, PAGED=paged, FLAG_WORD=flag_word, VALUE_WGS=value_wgs),
+                 HAS_BATCH_IDX=cache_batch_idx is not None, PAGED=paged, FLAG_WORD=flag_word, **LATENT_TUNING),
             num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG[value_wgs]))
 
     def __call__(self, q, k_cache, v_cache, out, lse, flag, cache_seqlens, cache_leftpad, cache_batch_idx,
