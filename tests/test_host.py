@@ -209,8 +209,9 @@ def test_check_and_poison_with_no_rows_to_fill():
     cu_q = torch.tensor([0, 0], dtype=torch.int32, device=DEVICE)
     cu_k = torch.tensor([0, 37], dtype=torch.int32, device=DEVICE)
     outs = (torch.empty(0, 2, 8, dtype=torch.float16, device=DEVICE), torch.empty(2, 0, device=DEVICE))
-    targets = cu_seqlens.poison_targets(outs, cu_q.device)
+    targets, sizes = cu_seqlens.poison_targets(outs, cu_q.device)
     assert len(targets) == 3 and all(x.dtype.is_floating_point and x.numel() > 0 for x in targets)
+    assert sizes == [0, 0, 0]
     cu_seqlens.check_and_poison(cu_q, cu_k, 0, 37, 0, 37, outs)
     if cu_q.is_cuda:
         torch.cuda.synchronize()

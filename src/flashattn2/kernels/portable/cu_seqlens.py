@@ -139,17 +139,18 @@ _plans = PlanCache()
 _spare: dict[torch.device, torch.Tensor] = {}
 
 
-def poison_targets(outputs: tuple[torch.Tensor, ...], device: torch.device) -> list[torch.Tensor]:
-    """The three buffers check_and_poison's kernel takes: the first three non-empty outputs, then the first again
-    (or, when every output is empty, a spare float buffer: the kernel's NaN fill compiles for float types only)
-    with nothing to fill."""
+def poison_targets(outputs: tuple[torch.Tensor, ...], device: torch.device) -> tuple[list[torch.Tensor], list[int]]:
+    """The three buffers check_and_poison's kernel takes and how many elements of each it fills: the first three
+    non-empty outputs, then the first again with nothing to fill (when every output is empty, a spare float buffer:
+    the kernel's NaN fill compiles for float types only)."""
     outs = [x for x in outputs if x is not None and x.numel() > 0][:3]
+    sizes = [x.numel() for x in outs] + [0] * (3 - len(outs))
     if not outs:
         spare = _spare.get(device)
         if spare is None:
             spare = _spare[device] = torch.empty(1, dtype=torch.float32, device=device)
         outs = [spare]
-    return outs + [outs[0]] * (3 - len(outs))
+    return outs + [outs[0]] * (3 - len(outs)), sizes
 
 
 def check_and_poison(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, total_q: int, total_k: int,
@@ -157,9 +158,7 @@ def check_and_poison(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, tot
     """Launch the check of one call's cumulative lengths; NaN-fill up to three outputs if it fails."""
     device = cu_seqlens_q.device
     flag = _flag(device)
-    outs = poison_targets(outputs, device)
-    sizes = [x.numel() for x in outputs if x is not None and x.numel() > 0][:3]
-    sizes += [0] * (3 - len(sizes))
+    outs, sizes = poison_targets(outputs, device)
     key = (cu_seqlens_q.shape, total_q, total_k, max_seqlen_q, max_seqlen_k, *sizes, *[x.dtype for x in outs],
            align(cu_seqlens_q), align(cu_seqlens_k), *[align(x) for x in outs])
     check = _plans.get(key)
