@@ -256,15 +256,20 @@ def test_latent_cache_errors_name_the_problem():
 _COMPILE_LATENT = """
 import re
 import torch
-from flashattn2.kernels.sm90.latent import compile_for_sm90
+from flashattn2.kernels.sm90.latent import LATENT_TUNING, compile_for_sm90, launch_registers
 for flags in (dict(), dict(NUM_SPLITS=4, HAS_SEQLENS=True, HAS_BATCH_IDX=True),
               dict(PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=8), dict(VALUE_WGS=2, PAGED=True),
-              dict(EARLY_LOAD=False, PAGED=True, HAS_SEQLENS=True, NUM_SPLITS=2)):
+              dict(EARLY_LOAD=False, PAGED=True, HAS_SEQLENS=True, NUM_SPLITS=2),
+              dict(VALUE_WGS=2, SCORE_WGS=2, PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=2)):
     kernel = compile_for_sm90(torch.bfloat16, **flags)
     ptx = kernel.asm["ptx"]
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx, flags
     # the launch needs warps x 32 x the register cap within the SM's 64K registers (else: out of resources)
-    regs = int(re.search(r"\\.maxnreg (\\d+)", ptx).group(1))
+    # (without .maxnreg, under free_registers: the launch's cap, each partition its setmaxnreg)
+    cap, free = launch_registers(dict(LATENT_TUNING, **flags))
+    found = re.search(r"\\.maxnreg (\\d+)", ptx)
+    assert (found is None) == free, flags
+    regs = cap if free else int(found.group(1))
     assert kernel.metadata.num_warps * 32 * regs <= 65536, (kernel.metadata.num_warps, regs)
 """
 
@@ -322,13 +327,14 @@ def test_auto_takes_the_gluon_latent_kernel():
 @pytest.mark.parametrize("paged,seqlen_q,num_splits,heads,batch_idx",
                          [(False, 1, 1, 128, False), (False, 2, 0, 128, False), (True, 2, 3, 64, False),
                           (True, 1, 0, 128, False), (False, 1, 2, 64, True)])
-@pytest.mark.parametrize("value_wgs,early_load", [(4, True), (2, True), (4, False)],
-                         ids=["wgs4-early-load", "wgs2-early-load", "wgs4"])
-def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, value_wgs, early_load, monkeypatch):
+@pytest.mark.parametrize("value_wgs,early_load,score_wgs", [(4, True, 1), (2, True, 1), (4, False, 1), (2, True, 2)],
+                         ids=["wgs4-early-load", "wgs2-early-load", "wgs4", "wgs2-two-scores"])
+def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, value_wgs, early_load, score_wgs,
+                               monkeypatch):
     # sm90/latent.py under FLASHATTN2_BACKEND=gluon: the cache's capacity past each sequence holds NaN (the kernel
     # zeroes those key rows before P V), lengths that cut tiles, one or two query rows (causal), splits, pages of
     # 64 keys, a cache_batch_idx; four value warpgroups of 128 columns and two of 256 (VALUE_WGS); the next tile's
-    # load under the scores' wgmmas (EARLY_LOAD)
+    # load under the scores' wgmmas (EARLY_LOAD); two scores warpgroups on alternate tiles (SCORE_WGS)
     from flashattn2 import inference
     from flashattn2.kernels import backends
     from flashattn2.kernels.portable import kvcache
@@ -336,7 +342,7 @@ def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, va
     from flashattn2.kernels.sm90 import latent
 
     monkeypatch.setattr(latent, "LATENT_TUNING", dict(latent.LATENT_TUNING, VALUE_WGS=value_wgs,
-                                                      EARLY_LOAD=early_load))
+                                                      EARLY_LOAD=early_load, SCORE_WGS=score_wgs))
     inference._seen.clear()  # plans made under the other tuning
     kvcache._plans.clear()
 
@@ -368,6 +374,7 @@ def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, va
                             backends.kvcache_hopper())
         assert plan.backend == "gluon-sm90" and plan.attend.launch.named["VALUE_WGS"] == value_wgs
         assert plan.attend.launch.named["EARLY_LOAD"] == early_load
+        assert plan.attend.launch.named["SCORE_WGS"] == score_wgs
     finally:
         flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
     assert out.shape == (batch, seqlen_q, heads, 512)

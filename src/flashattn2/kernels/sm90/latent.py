@@ -25,7 +25,7 @@ from ..common import runs_sm90a
 from ..launch import Launch
 from ..portable.kvcache import cache_geometry, cache_sequence
 from ..tma import tma_usable
-from .common import free_phase, ready_phase, wgmma_layout
+from .common import free_phase, free_registers, ready_phase, wgmma_layout
 from .gluon_api import (
     TensorDescriptor,
     aggregate,
@@ -56,14 +56,33 @@ MAXNREG = {4: 96, 2: 168}
 # it waiting for its key tile 17.5% of its time: with two stages the load of tile i + 1 went out only after tile
 # i's scores. Measured (H100, two runs, batch 8-64, 16k-64k keys): +3 to +10% on every row but one (batch 64, 64k
 # dense: -10% in one run, level in the other); 0.61-0.65 of the copy bandwidth from batch 8 at 64k keys.
-LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True)
+# SCORE_WGS=2 (with VALUE_WGS=2; prepared, not yet run): two scores warpgroups take alternate key tiles, each
+# with its own stage, so that S and the softmax of one tile run beside those of the next; they hand each other only
+# the running row maxima (m_x, m_bar). P goes into its stage's tail columns, dead once S is out (the value
+# warpgroups read the first 512), so no P buffer is needed: 16 warps, the launch's cap 128, and the partitions
+# sized by setmaxnreg (common.free_registers): scores SPLIT_SCORE_REGS, values SPLIT_VALUE_REGS. sm_90 (triton
+# 3.6): no spills at 96 / 160 (scores at 88-112 spilled until Q's descriptors went through the loop's runtime zero;
+# values at 144-152 spilled), 104 HGMMA, 224 KB of shared memory.
+LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1)
+SPLIT_SCORE_REGS, SPLIT_VALUE_REGS = gl.constexpr(96), gl.constexpr(160)
+
+
+def launch_registers(tuning: dict) -> tuple[int, bool]:
+    """(the launch's register cap, whether it compiles under common.free_registers) for a LATENT_TUNING."""
+    if tuning["SCORE_WGS"] == 2:
+        if tuning["VALUE_WGS"] != 2:
+            raise ValueError("the latent kernel's SCORE_WGS=2 runs with VALUE_WGS=2")
+        return 128, True
+    return MAXNREG[tuning["VALUE_WGS"]], False
 
 
 @aggregate
 class LatentSmem:
     """Q (its first 512 columns and the tail), the key tiles' ring (same split), P, the rows' rescale factors and
     final sums, and the barriers: q_bar (Q loaded), kv_ready / kv_empty (a key tile loaded / read by every
-    value warpgroups), p_ready / p_free (P and the factors written / read), done (the sums written)."""
+    value warpgroups), p_ready / p_free (P and the factors written / read), done (the sums written). With SCORE_WGS=2:
+    alpha and p_ready by stage, P in k_tail, stats the two warpgroups' (m, m, l, l), m_x / m_bar the running row
+    maxima they hand over (with one scores warpgroup: alpha and done again, unused)."""
     q: gl.shared_memory_descriptor
     q_tail: gl.shared_memory_descriptor
     k: gl.shared_memory_descriptor
@@ -77,9 +96,12 @@ class LatentSmem:
     p_ready: gl.shared_memory_descriptor
     p_free: gl.shared_memory_descriptor
     done: gl.shared_memory_descriptor
+    m_x: gl.shared_memory_descriptor
+    m_bar: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, q, q_tail, k, k_tail, p, alpha, stats, q_bar, kv_ready, kv_empty, p_ready, p_free, done):
+    def __init__(self, q, q_tail, k, k_tail, p, alpha, stats, q_bar, kv_ready, kv_empty, p_ready, p_free, done, m_x,
+                 m_bar):
         self.q = q
         self.q_tail = q_tail
         self.k = k
@@ -93,6 +115,8 @@ class LatentSmem:
         self.p_ready = p_ready
         self.p_free = p_free
         self.done = done
+        self.m_x = m_x
+        self.m_bar = m_bar
 
 
 @aggregate
@@ -295,11 +319,147 @@ def _values(WG: gl.constexpr, VALUE_WGS: gl.constexpr, sm: LatentSmem, w: Latent
 
 
 @gluon.jit
+def _scores_split(W: gl.constexpr, q_desc, k_desc, sm: LatentSmem, w: LatentWork, Flag, BlockTable, stride_bt,
+                  qk_scale, page_size, num_pages, FLAG_WORD: gl.constexpr, PAGED: gl.constexpr):
+    """SCORE_WGS=2: scores warpgroup W takes key tiles W, W + 2, ... in stage W. Per tile: S, its row maxima against
+    the running maxima through the tile before (from the other warpgroup: m_x, m_bar), P into the stage's tail
+    columns and O's factor into alpha[W]; then the stage's next tile once the value warpgroups are done with it. At
+    the end its (m, l) into stats (l NaN for a sequence that failed a check)."""
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    rows_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = sm.q.dtype
+    m_w = gl.full([HEADS], float("-inf"), gl.float32, rows_layout)
+    l_w = gl.zeros([HEADS], gl.float32, rows_layout)
+    bad_page = w.bits * 0
+    if W == 0:  # _load_q into the leading-dim views
+        mbarrier.expect(sm.q_bar, (LATENT_V // CHUNK + 1) * q_desc.block_type.nbytes)
+        for c in gl.static_range(LATENT_V // CHUNK):
+            tma_load(q_desc, [w.off_b, w.q_pos, w.head0, c * CHUNK], sm.q_bar,
+                     sm.q.index(0).slice(c * CHUNK, CHUNK, dim=3))
+        tma_load(q_desc, [w.off_b, w.q_pos, w.head0, LATENT_V], sm.q_bar, sm.q_tail.index(0))
+    _load_tile(k_desc, sm, w, W, BlockTable, stride_bt, page_size, num_pages, PAGED)
+    mbarrier.wait(sm.q_bar, 0)
+    n_tiles = gl.cdiv(w.n_hi - w.n_lo, BLOCK_N)
+    for i in range(W, n_tiles, 2):
+        start_n = w.n_lo + i * BLOCK_N
+        dyn = i >> 30  # as in _scores
+        # Q's descriptors through dyn too: hoisted out of the loop they spilled at 96 registers
+        q = sm.q.index(dyn).reshape([HEADS, LATENT_V])
+        q_tail = sm.q_tail.index(dyn).reshape([HEADS, CHUNK])
+        k = sm.k.index(W + dyn).reshape([BLOCK_N, LATENT_V])
+        k_tail = sm.k_tail.index(W + dyn).reshape([BLOCK_N, CHUNK])
+        mbarrier.wait(sm.kv_ready.index(W), (i // 2) & 1)
+        s = warpgroup_mma(q, k.permute([1, 0]), gl.zeros([HEADS, BLOCK_N], gl.float32, s_layout), use_acc=False,
+                          is_async=True)
+        s = warpgroup_mma(q_tail, k_tail.permute([1, 0]), s, is_async=True)
+        _, _, bad = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
+        bad_page |= bad.to(gl.int32)
+        s = warpgroup_mma_wait(0, deps=[s])
+        keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        s = gl.where((keys < w.n_hi)[None, :], s * qk_scale, float("-inf"))
+        m_prev = gl.full([HEADS], float("-inf"), gl.float32, rows_layout)
+        if i > 0:  # the maxima through tile i - 1: the other warpgroup's ((i - 1) // 2)-th hand-over
+            mbarrier.wait(sm.m_bar.index(1 - W), ((i - 1) // 2) & 1)
+            m_prev = sm.m_x.slice((1 - W) * HEADS, HEADS).load(rows_layout)
+        m_new = gl.maximum(m_prev, gl.max(s, 1))
+        sm.m_x.slice(W * HEADS, HEADS).store(m_new)
+        mbarrier.arrive(sm.m_bar.index(W), count=1)
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        p = gl.exp2(s - m_use[:, None])
+        l_w = l_w * gl.exp2(m_w - m_use) + gl.sum(p, 1)
+        m_w = m_new
+        if start_n + BLOCK_N > w.n_hi:  # the last tile: rows past the sequence may hold anything
+            _zero_rows_from(k, w.n_hi - start_n)
+        k_tail.store(p.to(dtype))  # S is out: the tail columns take P
+        sm.alpha.slice(W * HEADS, HEADS).store(gl.exp2(m_prev - m_use))
+        fence_async_shared()
+        mbarrier.arrive(sm.p_ready.index(W), count=1)
+        _load_tile(k_desc, sm, w, i + 2, BlockTable, stride_bt, page_size, num_pages, PAGED)
+    failed = (w.bits | (bad_page << 4)) != 0
+    if failed:
+        gl.atomic_or(Flag + FLAG_WORD, w.bits | (bad_page << 4))  # both warpgroups may report
+        l_w = gl.full([HEADS], float("nan"), gl.float32, rows_layout)
+    sm.stats.slice(W * HEADS, HEADS).store(m_w)
+    sm.stats.slice((2 + W) * HEADS, HEADS).store(l_w)
+    fence_async_shared()
+    mbarrier.arrive(sm.done, count=1)
+
+
+# the value warpgroups' O in [64, 128] halves: ptxas checks each instruction's registers against the launch's 128
+# (.reqntid 512) even inside a 168-register setmaxnreg region, and an m64n256 wgmma holds 128 accumulators at once
+HALF = gl.constexpr(128)
+
+
+@gluon.jit
+def _value_step(sm: LatentSmem, o0, o1, i, STAGE: gl.constexpr, WG: gl.constexpr, COLS: gl.constexpr):
+    """_values_split's tile i (in stage STAGE): O = O x alpha + P V for the two halves, then the stage back to the
+    scores warpgroup."""
+    rows_layout: gl.constexpr = gl.SliceLayout(1, wgmma_layout(HALF))
+    dyn = i >> 30  # as in _scores
+    v = sm.k.index(STAGE + dyn).reshape([BLOCK_N, LATENT_V])
+    p = sm.k_tail.index(STAGE + dyn).reshape([HEADS, BLOCK_N])
+    mbarrier.wait(sm.p_ready.index(STAGE), (i // 2) & 1)
+    alpha = sm.alpha.slice(STAGE * HEADS, HEADS).load(rows_layout)
+    o0 = warpgroup_mma(p, v.slice(WG * COLS, HALF, dim=1), o0 * alpha[:, None], is_async=True)
+    o1 = warpgroup_mma(p, v.slice(WG * COLS + HALF, HALF, dim=1), o1 * alpha[:, None], is_async=True)
+    o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
+    mbarrier.arrive(sm.kv_empty.index(STAGE), count=1)
+    return o0, o1
+
+
+@gluon.jit
+def _store_half(o, l_i, empty, Out, stride_o, w: LatentWork, COL0):
+    o = o / gl.where(empty, 1.0, l_i)[:, None]
+    o_layout: gl.constexpr = wgmma_layout(HALF)
+    stride_os, stride_ob, stride_om, stride_oh = stride_o
+    heads = w.head0 + gl.arange(0, HEADS, layout=gl.SliceLayout(1, o_layout))
+    cols = COL0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
+    base = Out + gl.program_id(2).to(gl.int64) * stride_os + w.off_b.to(gl.int64) * stride_ob + w.q_pos.to(
+        gl.int64) * stride_om
+    gl.store(base + heads.to(gl.int64)[:, None] * stride_oh + cols[None, :], o.to(Out.dtype.element_ty))
+
+
+@gluon.jit
+def _values_split(WG: gl.constexpr, VALUE_WGS: gl.constexpr, sm: LatentSmem, w: LatentWork, Out, Lse, stride_o,
+                  stride_lse, NUM_SPLITS: gl.constexpr):
+    """_values for SCORE_WGS=2: P of tile i from stage i % 2's tail columns, its factor from alpha[i % 2], O in two
+    [64, 128] halves; l from the two scores warpgroups' (m, l); value warpgroup 0 also writes lse."""
+    COLS: gl.constexpr = LATENT_V // VALUE_WGS
+    o_layout: gl.constexpr = wgmma_layout(HALF)
+    rows_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    o0 = gl.zeros([HEADS, HALF], gl.float32, o_layout)
+    o1 = gl.zeros([HEADS, HALF], gl.float32, o_layout)
+    n_tiles = gl.cdiv(w.n_hi - w.n_lo, BLOCK_N)
+    for i in range(0, n_tiles, 2):  # tile i in stage 0, i + 1 in stage 1 (static slices of alpha)
+        o0, o1 = _value_step(sm, o0, o1, i, 0, WG, COLS)
+        if i + 1 < n_tiles:
+            o0, o1 = _value_step(sm, o0, o1, i + 1, 1, WG, COLS)
+    mbarrier.wait(sm.done, 0)
+    m0 = sm.stats.slice(0, HEADS).load(rows_layout)
+    m1 = sm.stats.slice(HEADS, HEADS).load(rows_layout)
+    m = gl.maximum(m0, m1)  # the last tile's running maximum
+    m_use = gl.where(m == float("-inf"), 0.0, m)
+    l0 = sm.stats.slice(2 * HEADS, HEADS).load(rows_layout)
+    l_i = l0 * gl.exp2(m0 - m_use) + sm.stats.slice(3 * HEADS, HEADS).load(rows_layout) * gl.exp2(m1 - m_use)
+    empty = l_i == 0.0
+    _store_half(o0, l_i, empty, Out, stride_o, w, WG * COLS)
+    _store_half(o1, l_i, empty, Out, stride_o, w, WG * COLS + HALF)
+    if WG == 0:
+        lse = (m + gl.log2(gl.where(empty, 1.0, l_i))) * 0.6931471805599453
+        lse = gl.where(empty, float("-inf") if NUM_SPLITS > 1 else float("inf"), lse)
+        stride_ls, stride_lb, stride_lm, stride_lh = stride_lse
+        heads = w.head0 + gl.arange(0, HEADS, layout=rows_layout)
+        gl.store(Lse + gl.program_id(2).to(gl.int64) * stride_ls + w.off_b.to(gl.int64) * stride_lb
+                 + w.q_pos.to(gl.int64) * stride_lm + heads.to(gl.int64) * stride_lh, lse)
+
+
+@gluon.jit
 def latent_decode_kernel(
     q_desc, k_desc, Out, Lse, Flag, CacheSeqlens, CacheBatchIdx, BlockTable, stride_o, stride_lse, stride_bt,
     nheads, seqlen_q, capacity, cache_rows, num_pages, page_size, qk_scale,
     NUM_SPLITS: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SEQLENS: gl.constexpr, HAS_BATCH_IDX: gl.constexpr,
     PAGED: gl.constexpr, FLAG_WORD: gl.constexpr, VALUE_WGS: gl.constexpr, EARLY_LOAD: gl.constexpr,
+    SCORE_WGS: gl.constexpr = 1,
 ):
     """Program (query position, batch x 64-head slot, split). q_desc: (batch, seqlen_q, heads, 576) in [1, 1, 64, 64]
     boxes; k_desc: the cache (rows, capacity, 1, 576) or pages (num_pages, page_size, 1, 576) in [1, 64, 1, 64]
@@ -307,32 +467,67 @@ def latent_decode_kernel(
     w = _work(CacheSeqlens, CacheBatchIdx, nheads, seqlen_q, capacity, cache_rows, NUM_SPLITS, HAS_RIGHT,
               HAS_SEQLENS, HAS_BATCH_IDX)
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [1, 1, HEADS, LATENT_V], q_desc.layout)
-    q_tail = gl.allocate_shared_memory(dtype, [1, 1, HEADS, CHUNK], q_desc.layout)
+    # with SCORE_WGS=2, Q with a leading dim of 1 that the loop indexes by a runtime zero (_scores_split)
+    q_lead: gl.constexpr = [1] if SCORE_WGS == 2 else []
+    q_smem = gl.allocate_shared_memory(dtype, q_lead + [1, 1, HEADS, LATENT_V], q_desc.layout)
+    q_tail = gl.allocate_shared_memory(dtype, q_lead + [1, 1, HEADS, CHUNK], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, LATENT_V], k_desc.layout)
     k_tail = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, CHUNK], k_desc.layout)
-    p_smem = gl.allocate_shared_memory(dtype, [HEADS, BLOCK_N],
-                                       gl.NVMMASharedLayout.get_default_for([HEADS, BLOCK_N], dtype))
     rows: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-    alpha = gl.allocate_shared_memory(gl.float32, [HEADS], rows)
-    stats = gl.allocate_shared_memory(gl.float32, [HEADS], rows)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for s in gl.static_range(STAGES):
-        mbarrier.init(kv_ready.index(s), count=1)
-        mbarrier.init(kv_empty.index(s), count=VALUE_WGS)
-    mbarrier.init(p_ready, count=1)
-    mbarrier.init(p_free, count=VALUE_WGS)
-    mbarrier.init(done, count=1)
-    sm = LatentSmem(q_smem, q_tail, k_smem, k_tail, p_smem, alpha, stats, q_bar, kv_ready,
-                    kv_empty, p_ready, p_free, done)
+    if SCORE_WGS == 2:
+        # P in the stages' tail columns; alpha and p_ready by stage; each scores warpgroup's (m, l) and the maxima
+        # they hand over; flat row buffers: slot j at [j x HEADS, + HEADS)
+        alpha = gl.allocate_shared_memory(gl.float32, [STAGES * HEADS], rows)
+        stats = gl.allocate_shared_memory(gl.float32, [4 * HEADS], rows)
+        m_x = gl.allocate_shared_memory(gl.float32, [2 * HEADS], rows)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        p_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        m_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for s in gl.static_range(STAGES):
+            mbarrier.init(kv_ready.index(s), count=1)
+            mbarrier.init(kv_empty.index(s), count=VALUE_WGS)
+            mbarrier.init(p_ready.index(s), count=1)
+        for s in gl.static_range(2):
+            mbarrier.init(m_bar.index(s), count=1)
+        mbarrier.init(done, count=2)
+        sm = LatentSmem(q_smem, q_tail, k_smem, k_tail, k_tail, alpha, stats, q_bar, kv_ready, kv_empty, p_ready,
+                        done, done, m_x, m_bar)
+    else:
+        p_smem = gl.allocate_shared_memory(dtype, [HEADS, BLOCK_N],
+                                           gl.NVMMASharedLayout.get_default_for([HEADS, BLOCK_N], dtype))
+        alpha = gl.allocate_shared_memory(gl.float32, [HEADS], rows)
+        stats = gl.allocate_shared_memory(gl.float32, [HEADS], rows)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for s in gl.static_range(STAGES):
+            mbarrier.init(kv_ready.index(s), count=1)
+            mbarrier.init(kv_empty.index(s), count=VALUE_WGS)
+        mbarrier.init(p_ready, count=1)
+        mbarrier.init(p_free, count=VALUE_WGS)
+        mbarrier.init(done, count=1)
+        # m_x / m_bar: unused with one scores warpgroup
+        sm = LatentSmem(q_smem, q_tail, k_smem, k_tail, p_smem, alpha, stats, q_bar, kv_ready, kv_empty, p_ready,
+                        p_free, done, alpha, done)
     # Gluon (3.6) takes the partition list only as a literal: one launch per value-warpgroup count
-    if VALUE_WGS == 4:
+    if SCORE_WGS == 2:
+        gl.warp_specialize([
+            (_scores_split, (0, q_desc, k_desc, sm, w, Flag, BlockTable, stride_bt, qk_scale, page_size, num_pages,
+                             FLAG_WORD, PAGED)),
+            (_scores_split, (1, q_desc, k_desc, sm, w, Flag, BlockTable, stride_bt, qk_scale, page_size, num_pages,
+                             FLAG_WORD, PAGED)),
+            (_values_split, (0, VALUE_WGS, sm, w, Out, Lse, stride_o, stride_lse, NUM_SPLITS)),
+            (_values_split, (1, VALUE_WGS, sm, w, Out, Lse, stride_o, stride_lse, NUM_SPLITS)),
+        ], [4, 4, 4], [SPLIT_SCORE_REGS, SPLIT_VALUE_REGS, SPLIT_VALUE_REGS])
+    elif VALUE_WGS == 4:
         gl.warp_specialize([
             (_scores, (q_desc, k_desc, sm, w, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale, page_size,
                        num_pages, FLAG_WORD, NUM_SPLITS, PAGED, EARLY_LOAD)),
@@ -352,8 +547,14 @@ def latent_decode_kernel(
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(kv_ready.index(s))
         mbarrier.invalidate(kv_empty.index(s))
-    mbarrier.invalidate(p_ready)
-    mbarrier.invalidate(p_free)
+    if SCORE_WGS == 2:
+        for s in gl.static_range(STAGES):
+            mbarrier.invalidate(p_ready.index(s))
+        for s in gl.static_range(2):
+            mbarrier.invalidate(m_bar.index(s))
+    else:
+        mbarrier.invalidate(p_ready)
+        mbarrier.invalidate(p_free)
     mbarrier.invalidate(done)
 
 
@@ -407,7 +608,7 @@ class LatentLaunch:
     def __init__(self, q: torch.Tensor, k_cache: torch.Tensor, block_table, cache_seqlens, cache_batch_idx, opts,
                  num_splits: int, o_strides: tuple, l_strides: tuple, flag_word: int) -> None:
         batch, seqlen_q, nheads, _ = q.shape
-        value_wgs = LATENT_TUNING["VALUE_WGS"]  # the launch's register cap follows it
+        maxnreg, free_regs = launch_registers(LATENT_TUNING)
         paged = block_table is not None
         num_pages, page_size, capacity, cache_rows = cache_geometry(k_cache, block_table)
         self.q_block, self.k_block = [1, 1, int(HEADS), int(CHUNK)], [1, int(BLOCK_N), 1, int(CHUNK)]
@@ -420,7 +621,8 @@ class LatentLaunch:
                  page_size=page_size, qk_scale=opts.kernel_args()["qk_scale"], NUM_SPLITS=num_splits,
                  HAS_RIGHT=opts.window_right >= 0, HAS_SEQLENS=cache_seqlens is not None,
                  HAS_BATCH_IDX=cache_batch_idx is not None, PAGED=paged, FLAG_WORD=flag_word, **LATENT_TUNING),
-            num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG[value_wgs]))
+            num_warps=4, num_stages=1, options=dict(maxnreg=maxnreg),
+            compiling=free_registers if free_regs else None)
 
     def __call__(self, q, k_cache, v_cache, out, lse, flag, cache_seqlens, cache_leftpad, cache_batch_idx,
                  block_table, *unused) -> None:
@@ -446,4 +648,4 @@ def compile_for_sm90(dtype: torch.dtype = torch.bfloat16, **flags):
             constants[name] = None
     descriptors = dict(q_desc=[1, 1, int(HEADS), int(CHUNK)], k_desc=[1, int(BLOCK_N), 1, int(CHUNK)])
     return compile_gluon(latent_decode_kernel, dtype, int(LATENT_QK), descriptors, types, constants,
-                         MAXNREG[constants["VALUE_WGS"]])
+                         *launch_registers(constants))
