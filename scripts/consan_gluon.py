@@ -1,7 +1,8 @@
 """Triton's concurrency sanitizer (ConSan) over the Gluon forward and backward kernels on a few shapes: it
 instruments every shared-memory access, barrier and async copy and stops the kernel on a race or a barrier misuse.
-Run on an sm_90 GPU: python scripts/consan_gluon.py [bwd | latent | persistent] (bwd: the backward alone, its
-forward on Triton; latent: the latent-cache decoding kernel; persistent: only the forward shape whose programs loop
+Run on an sm_90 GPU: python scripts/consan_gluon.py [bwd | latent [KEY=VALUE+...] | persistent] (bwd: the backward
+alone, its forward on Triton; latent: the latent-cache decoding kernel, with a LATENT_TUNING over its defaults such
+as VALUE_WGS=2+SCORE_WGS=2; persistent: only the forward shape whose programs loop
 over several work items, the slowest under ConSan)"""
 
 import os
@@ -37,8 +38,13 @@ BWD_SHAPES = [
     (1, 200, 2, 2, 128, True, True),
 ]
 
-if sys.argv[1:] == ["latent"]:
+if sys.argv[1:2] == ["latent"]:
     from flashattn2 import flash_attn_with_kvcache
+    from flashattn2.kernels.sm90 import latent
+
+    for item in (sys.argv[2].split("+") if len(sys.argv) > 2 else []):
+        key, value = item.split("=")
+        latent.LATENT_TUNING = dict(latent.LATENT_TUNING, **{key: int(value)})
 
     torch.manual_seed(0)
     cache = torch.randn(2, 256, 1, 576, device="cuda", dtype=torch.bfloat16)
@@ -52,7 +58,8 @@ if sys.argv[1:] == ["latent"]:
                                                        num_splits=num_splits)
             torch.cuda.synchronize()
         err = (results["gluon"].float() - results["triton"].float()).abs().max().item()
-        print(f"consan clean (latent decoding): splits={num_splits}, max |gluon - triton| {err:.2e}", flush=True)
+        print(f"consan clean (latent decoding, {latent.LATENT_TUNING}): splits={num_splits}, max |gluon - triton| "
+              f"{err:.2e}", flush=True)
     sys.exit(0)
 
 if sys.argv[1:] == ["persistent"]:
