@@ -50,3 +50,25 @@ def test_delta_baseline_is_the_backward_with_delta_from_the_rounded_out():
     reference(*xs)[0].backward(do)
     for ours, x in zip(fuzz._delta_grads(reference, (q, k, v), do, exact), xs, strict=True):
         torch.testing.assert_close(ours, x.grad, rtol=0, atol=1e-12)
+
+
+def test_kvcache_outputs_are_judged_by_flash_attn_kvcache_rule():
+    # flash_attn's test_flash_attn_kvcache passes out within 3x PyTorch's error + 1e-5, as tests/test_kvcache.py; the
+    # fuzzer's kvcache and latent cases take the same factor, and it still fails a wrong answer
+    import pytest
+    import torch
+    from test_kvcache import FACTOR
+
+    assert fuzz.KVCACHE == FACTOR
+    torch.manual_seed(0)
+    ref = torch.randn(1, 4, 2, 8, dtype=torch.float64)
+    pt = ref.to(torch.bfloat16)
+    pt_err = (pt.double() - ref).abs().max().item()
+    close = ref + 2.5 * pt_err * torch.sign(torch.randn_like(ref))  # past 2x PyTorch's error, within 3x
+    fuzz._compare("", close, (), (ref,), (pt,), fwd=fuzz.KVCACHE)
+    with pytest.raises(AssertionError, match="out: error"):
+        fuzz._compare("", close, (), (ref,), (pt,))  # the 2x rule of the other calls
+    wrong = pt.clone()
+    wrong[0, 0, 0, 0] += 0.05
+    with pytest.raises(AssertionError, match="out: error"):
+        fuzz._compare("", wrong, (), (ref,), (pt,), fwd=fuzz.KVCACHE)
