@@ -9,7 +9,13 @@ forward and backward, causal, 16 heads, 16k tokens (the backward's dQ bulk reduc
 --case latent: the Gluon latent-decoding kernel (576/512, 128 heads, batch 64, 16k cache), where its warps stall:
 
     ncu --section WarpStateStats --section SourceCounters -k regex:latent \\
-        python scripts/profile_gluon.py --case latent"""
+        python scripts/profile_gluon.py --case latent
+
+--case mla2k: the MLA backward at 2k (8 x 2048, causal), where it trails cuDNN most. --case d64c: the d64 causal
+forward at 512 (32 x 512, 16 heads), Gluon then the Triton forward, the cell where Gluon trails Triton most:
+
+    ncu --section SpeedOfLight --section WarpStateStats --section LaunchStats -k regex:'attention' \\
+        python scripts/profile_gluon.py --case d64c"""
 
 import argparse
 
@@ -54,7 +60,26 @@ def latent() -> None:
     torch.cuda.synchronize()
 
 
+def mla2k() -> None:
+    q, k = (torch.randn(8, 2048, 16, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    v = torch.randn(8, 2048, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    for _ in range(2):
+        out = flash_attn_func(q, k, v, causal=True)
+        out.backward(torch.randn_like(out))
+    torch.cuda.synchronize()
+
+
+def d64c() -> None:
+    q, k, v = (torch.randn(32, 512, 16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    for backend in ("gluon", "triton"):
+        flashattn2.set_backend(backend)
+        for _ in range(2):
+            flash_attn_func(q, k, v, causal=True)
+    torch.cuda.synchronize()
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python scripts/profile_gluon.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--case", choices=("d128", "mla", "latent"), default="d128")
-    {"d128": d128, "mla": mla, "latent": latent}[parser.parse_args().case]()
+    cases = {"d128": d128, "mla": mla, "latent": latent, "mla2k": mla2k, "d64c": d64c}
+    parser.add_argument("--case", choices=tuple(cases), default="d128")
+    cases[parser.parse_args().case]()
