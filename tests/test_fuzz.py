@@ -57,6 +57,7 @@ def test_kvcache_outputs_are_judged_by_flash_attn_kvcache_rule():
     # fuzzer's kvcache and latent cases take the same factor, and it still fails a wrong answer
     import pytest
     import torch
+
     from test_kvcache import FACTOR
 
     assert fuzz.KVCACHE == FACTOR
