@@ -39,9 +39,10 @@ def d128() -> None:
         torch.cuda.synchronize()
 
 
-def mla() -> None:
-    q, k = (torch.randn(1, 16384, 16, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
-    v = torch.randn(1, 16384, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+def mla(batch: int = 1, seqlen: int = 16384) -> None:
+    q, k = (torch.randn(batch, seqlen, 16, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(2))
+    v = torch.randn(batch, seqlen, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     for _ in range(2):
         out = flash_attn_func(q, k, v, causal=True)
         out.backward(torch.randn_like(out))
@@ -60,15 +61,6 @@ def latent() -> None:
     torch.cuda.synchronize()
 
 
-def mla2k() -> None:
-    q, k = (torch.randn(8, 2048, 16, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
-    v = torch.randn(8, 2048, 16, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    for _ in range(2):
-        out = flash_attn_func(q, k, v, causal=True)
-        out.backward(torch.randn_like(out))
-    torch.cuda.synchronize()
-
-
 def d64c() -> None:
     q, k, v = (torch.randn(32, 512, 16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     for backend in ("gluon", "triton"):
@@ -80,6 +72,6 @@ def d64c() -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python scripts/profile_gluon.py", description=__doc__.split("\n")[0])
-    cases = {"d128": d128, "mla": mla, "latent": latent, "mla2k": mla2k, "d64c": d64c}
+    cases = {"d128": d128, "mla": mla, "latent": latent, "mla2k": lambda: mla(8, 2048), "d64c": d64c}
     parser.add_argument("--case", choices=tuple(cases), default="d128")
     cases[parser.parse_args().case]()
