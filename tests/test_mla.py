@@ -283,6 +283,22 @@ def test_gluon_latent_decoding_compiles_for_sm90():
     assert run.returncode == 0, run.stderr[-4000:]
 
 
+def test_latent_launch_registers():
+    # the launch's register cap by tuning: four value warpgroups 96, two 168; two scores warpgroups (16 warps) the
+    # cap 128 with free_registers, and only beside two value warpgroups
+    from flashattn2.kernels import backends
+
+    if not backends.GLUON_AVAILABLE:
+        pytest.skip("this Triton has no Gluon")
+    from flashattn2.kernels.sm90.latent import LATENT_TUNING, launch_registers
+
+    assert launch_registers(LATENT_TUNING) == (96, False) and LATENT_TUNING["SCORE_WGS"] == 1
+    assert launch_registers(dict(LATENT_TUNING, VALUE_WGS=2)) == (168, False)
+    assert launch_registers(dict(LATENT_TUNING, VALUE_WGS=2, SCORE_WGS=2)) == (128, True)
+    with pytest.raises(ValueError, match="SCORE_WGS=2 runs with VALUE_WGS=2"):
+        launch_registers(dict(LATENT_TUNING, SCORE_WGS=2))
+
+
 def test_auto_takes_the_gluon_latent_kernel():
     # host-side rule, so it runs anywhere: "auto" and "gluon" hand flash_attn_with_kvcache the Gluon latent attend
     # ("triton" never); "auto" from AUTO_MIN_KEYS cached key positions over the batch (H100 A/B in
