@@ -12,7 +12,8 @@ the key cache's first 512 channels (one kv head, 64-128 query heads). FlashMLA's
 
 Per tile the scores warpgroup does 53% of the matmul work and each value warpgroup 12%; the tensor cores are the
 SM's, so what counts is that their issue overlaps: S of tile i + 1 runs under P V of tile i. FlashMLA splits O over
-two warpgroups of 128 registers' accumulators; here four of 64 by default (VALUE_WGS).
+two warpgroups of 128 registers' accumulators; here four of 64 by default (VALUE_WGS). SCORE_WGS=2 (prepared) gives
+the scores to two warpgroups on alternate tiles, so that one tile's softmax runs beside the next tile's S.
 
 The contract is kvcache_attention_kernel's for the calls `can_implement` takes; key rows of the last tile past the
 sequence (the cache's unwritten capacity may hold anything) are zeroed in shared memory before P V reads them, since
