@@ -218,6 +218,21 @@ def _zero_rows_from(tile, first):
 
 
 @gluon.jit
+def _issue_s(q, q_tail, k, k_tail):
+    """S = Q Kᵀ of a key tile over the 512 + 64 columns, issued (warpgroup_mma_wait gives it)."""
+    s = warpgroup_mma(q, k.permute([1, 0]), gl.zeros([HEADS, BLOCK_N], gl.float32, wgmma_layout(BLOCK_N)),
+                      use_acc=False, is_async=True)
+    return warpgroup_mma(q_tail, k_tail.permute([1, 0]), s, is_async=True)
+
+
+@gluon.jit
+def _scaled(s, start_n, n_hi, qk_scale):
+    """A tile's S in log2 units, -inf for keys n_hi and past."""
+    keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, wgmma_layout(BLOCK_N)))
+    return gl.where((keys < n_hi)[None, :], s * qk_scale, float("-inf"))
+
+
+@gluon.jit
 def _scores(q_desc, k_desc, sm: LatentSmem, w: LatentWork, Lse, Flag, BlockTable, stride_lse, stride_bt, qk_scale,
             page_size, num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr, PAGED: gl.constexpr,
             EARLY_LOAD: gl.constexpr):
@@ -243,16 +258,13 @@ def _scores(q_desc, k_desc, sm: LatentSmem, w: LatentWork, Lse, Flag, BlockTable
         k = sm.k.index(stage + dyn).reshape([BLOCK_N, LATENT_V])
         k_tail = sm.k_tail.index(stage + dyn).reshape([BLOCK_N, CHUNK])
         mbarrier.wait(sm.kv_ready.index(stage), ready_phase(i, STAGES))
-        s = warpgroup_mma(q, k.permute([1, 0]), gl.zeros([HEADS, BLOCK_N], gl.float32, s_layout), use_acc=False,
-                          is_async=True)
-        s = warpgroup_mma(q_tail, k_tail.permute([1, 0]), s, is_async=True)
+        s = _issue_s(q, q_tail, k, k_tail)
         if EARLY_LOAD and i > 0:  # under S_i's wgmmas; the stage is free once P V of tile i - 1 is done
             _load_tile(k_desc, sm, w, i - 1 + STAGES, BlockTable, stride_bt, page_size, num_pages, PAGED)
         _, _, bad = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
         bad_page |= bad.to(gl.int32)
         s = warpgroup_mma_wait(0, deps=[s])
-        keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        s = gl.where((keys < w.n_hi)[None, :], s * qk_scale, float("-inf"))
+        s = _scaled(s, start_n, w.n_hi, qk_scale)
         m_new = gl.maximum(m_i, gl.max(s, 1))
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = gl.exp2(m_i - m_use)
@@ -350,14 +362,11 @@ def _scores_split(W: gl.constexpr, q_desc, k_desc, sm: LatentSmem, w: LatentWork
         k = sm.k.index(W + dyn).reshape([BLOCK_N, LATENT_V])
         k_tail = sm.k_tail.index(W + dyn).reshape([BLOCK_N, CHUNK])
         mbarrier.wait(sm.kv_ready.index(W), (i // 2) & 1)
-        s = warpgroup_mma(q, k.permute([1, 0]), gl.zeros([HEADS, BLOCK_N], gl.float32, s_layout), use_acc=False,
-                          is_async=True)
-        s = warpgroup_mma(q_tail, k_tail.permute([1, 0]), s, is_async=True)
+        s = _issue_s(q, q_tail, k, k_tail)
         _, _, bad = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
         bad_page |= bad.to(gl.int32)
         s = warpgroup_mma_wait(0, deps=[s])
-        keys = start_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        s = gl.where((keys < w.n_hi)[None, :], s * qk_scale, float("-inf"))
+        s = _scaled(s, start_n, w.n_hi, qk_scale)
         m_prev = gl.full([HEADS], float("-inf"), gl.float32, rows_layout)
         if i > 0:  # the maxima through tile i - 1: the other warpgroup's ((i - 1) // 2)-th hand-over
             mbarrier.wait(sm.m_bar.index(1 - W), ((i - 1) // 2) & 1)
