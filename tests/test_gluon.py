@@ -81,6 +81,13 @@ VARIANTS = [
     (64, torch.float16, {"THREE_CONSUMERS": True, "HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True,
                          "FREE_REGS=1": True}),
     (64, torch.bfloat16, {"THREE_CONSUMERS": True, "Q_STAGES=2": True, "FREE_REGS=1": True}),
+    # two programs per SM (CTAS_PER_SM=2: the launch's cap 80 registers, the consumers 104; 64-key tiles, since an
+    # m64n128 wgmma needs 90 registers against the cap): 24 bytes of stack under triton 3.6, two 8-byte
+    # pairs stored and reloaded around each S wgmma
+    (64, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True, "CTAS_PER_SM=2": True,
+                          "BLOCK_N=64": True, "STAGES=2": True, "MAY_SPILL": True}),
+    (64, torch.float16, {"CTAS_PER_SM=2": True, "BLOCK_N=64": True, "STAGES=2": True, "Q_STAGES=2": True,
+                         "SEPARATE_O=1": True, "MAY_SPILL": True}),
     # O staged apart from Q (SEPARATE_O: the default of dense d64 causal and d128 calls; at d128 with 2 stages)
     (64, torch.bfloat16, {"SEPARATE_O=1": True, "HAS_RIGHT": True, "REVERSE_M": True}),
     (128, torch.float16, {"SEPARATE_O=1": True, "STAGES=2": True, "Q_STAGES=2": True}),
@@ -194,6 +201,8 @@ def test_gluon_variant_compiles_for_sm90(head_dim, dtype, flags, tmp_path):
     mla_bwd = "BWD" in flags and "head_dim_v=128" in flags
     if "FREE_REGS=1" in flags or (mla_bwd and "FREE_REGS=0" not in flags):
         assert ".maxnreg" not in ptx and ".reqntid" in ptx, "FREE_REGS: the PTX keeps the launch's register cap"
+    if "CTAS_PER_SM=2" in flags:  # two 384-thread programs within 65536 registers
+        assert re.search(r"^\s*\.maxnreg 80\s*$", ptx, re.MULTILINE), "CTAS_PER_SM=2: not the launch cap of 80"
     report = _ptxas_report(run.stdout.strip(), ptx_path, tmp_path)
     assert "C7510" not in report and "C7515" not in report, f"ptxas serialised the wgmma pipeline:\n{report}"
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", report)]
@@ -500,6 +509,46 @@ def test_gluon_forward_three_consumers(shape, free_regs, gluon_backend, monkeypa
     out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
                                          return_attn_probs=True)
     check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("shape", [s for s in STRESS if s[5] == 64] + [(2, 1000, 1000, 4, 2, 64, {"causal": True}),
+                                                                    (3, 512, 512, 8, 8, 64, {"causal": True})],
+                         ids=lambda s: "x".join(map(str, s[:6])) + "-" + "-".join(s[6]))
+def test_gluon_forward_two_programs_per_sm(shape, gluon_backend, monkeypatch):
+    # CTAS_PER_SM=2 (80 registers a thread, 64-key tiles): both grids (gluon_backend), causal calls on the
+    # schedule over twice the SMs' programs, against float64; packed batches too
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    two = dict(CTAS_PER_SM=2, BLOCK_N=64, STAGES=2, Q_STAGES=1, SEPARATE_O=False, LAZY_O_WAIT=False, FREE_REGS=False,
+               PERSISTENT_CAUSAL=True)
+    monkeypatch.setattr(fwd_sm90, "CONFIGS", {**fwd_sm90.CONFIGS, 64: dict(fwd_sm90.CONFIGS[64], **two)})
+    for table in ("CONFIGS_CAUSAL", "CONFIGS_NONCAUSAL"):  # their d64 entries change what the test sets
+        monkeypatch.setattr(fwd_sm90, table, {k: v for k, v in getattr(fwd_sm90, table).items() if k != 64})
+    flashattn2.set_backend("gluon")
+    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    assert plan.attend.named["CTAS_PER_SM"] == 2
+    assert plan.attend.options["maxnreg"] == fwd_sm90.MAXNREG_TWO_PER_SM
+    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
+    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(7, head_dim=64)
+    out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                         return_attn_probs=True)
+    check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
+
+
+def test_launch_register_cap_by_programs_per_sm():
+    from flashattn2.kernels.sm90.forward import MAXNREG, MAXNREG_TWO_PER_SM, launch_maxnreg
+
+    assert launch_maxnreg(2, 1) == MAXNREG[2] and launch_maxnreg(3, 1) == MAXNREG[3]
+    # two programs of 384 threads each within an SM's 65536 registers, in steps of 8
+    assert launch_maxnreg(2, 2) == MAXNREG_TWO_PER_SM == 80 and 2 * 384 * 80 <= 65536 < 2 * 384 * 88
+    with pytest.raises(ValueError, match="CTAS_PER_SM=2 takes two consumers"):
+        launch_maxnreg(3, 2)
+    with pytest.raises(ValueError, match="FREE_REGS must be off"):
+        launch_maxnreg(2, 2, free_regs=True)
 
 
 @pytest.mark.gpu

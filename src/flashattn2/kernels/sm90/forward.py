@@ -96,8 +96,11 @@ from .gluon_api import (
 # FREE_REGS: compile under common.free_registers (no `.maxnreg`: each partition as many registers as its setmaxnreg
 # grants; the three-consumer d64 kernel stops spilling). On where it measured faster (CONFIGS_NONCAUSAL's d64); at
 # d128, d256 and d64 causal it was within noise (-3 to +4%, H100, 2026-11-25), so off there
+# CTAS_PER_SM: programs resident per SM (2: the launch's register cap and the consumers' share halved, the persistent
+# grid twice the SMs), so that one program's item prologue and epilogue overlap another's tiles where items hold few
+# key tiles (short causal calls); the shared memory must allow it (CONSUMERS=2 only)
 _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2, ITEM_COST=1, Q_STAGES=1,
-             LAZY_O_WAIT=False, FREE_REGS=False)
+             LAZY_O_WAIT=False, FREE_REGS=False, CTAS_PER_SM=1)
 # the tuning keys the host reads (launch grid, schedule): not kernel arguments. FREE_REGS is read by the host too,
 # and passed as an argument the kernel ignores, so that Triton caches the two compiles apart (triton 3.6 keys its
 # cache on the arguments, not on the stage hook)
@@ -192,6 +195,21 @@ def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
 MAXNREG = {2: 168, 3: 128}
 CONSUMER_REGS = gl.constexpr(232)
 CONSUMER_REGS_OF_3 = gl.constexpr(160)
+# two programs per SM (CTAS_PER_SM=2, two consumers): 65536 / (2 x 384) rounded down to 8; the consumers take 104 and
+# leave the producer 32 (what Gluon gives the default partition: the cap's total less the workers')
+MAXNREG_TWO_PER_SM = 80
+CONSUMER_REGS_TWO_PER_SM = gl.constexpr(104)
+
+
+def launch_maxnreg(consumers: int, ctas_per_sm: int, free_regs: bool = False) -> int:
+    """The launch's register cap (PTX `.maxnreg`) for a tuning."""
+    if ctas_per_sm == 1:
+        return MAXNREG[consumers]
+    if (consumers, ctas_per_sm) != (2, 2):
+        raise ValueError(f"CTAS_PER_SM={ctas_per_sm} takes two consumers and at most two programs per SM")
+    if free_regs:  # without `.maxnreg` ptxas sizes the launch for one program per SM
+        raise ValueError("CTAS_PER_SM=2 needs the launch's register cap: FREE_REGS must be off")
+    return MAXNREG_TWO_PER_SM
 
 
 def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions, head_dim_v: int | None = None) -> dict:
@@ -673,7 +691,7 @@ def attention_fwd_sm90_kernel(
     KvNum=None, KvIndices=None, PartialIds=None, FullNum=None, FullIndices=None, MaskBits=None, stride_num=None,
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
     MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, mod_scale=1.0,
-    QK_CHUNKS: gl.constexpr = 1, FREE_REGS: gl.constexpr = False,
+    QK_CHUNKS: gl.constexpr = 1, FREE_REGS: gl.constexpr = False, CTAS_PER_SM: gl.constexpr = 1,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -690,7 +708,8 @@ def attention_fwd_sm90_kernel(
     no key, as FlexAttention gives. A score_mod (MOD_FN, see ScoreMod; captures: its tensors, mod_scale: the
     softmax scale, qk_scale then log2(e)) applies to every score before the mask. QK_CHUNKS > 1 (a value head dim
     unlike the query's, MLA's 192/128): q/k_desc hand out 64-column tiles, QK_CHUNKS per row tile, and O leaves
-    through pointer stores. FREE_REGS is not read here: it keys the compile made under common.free_registers."""
+    through pointer stores. FREE_REGS is not read here: it keys the compile made under common.free_registers.
+    CTAS_PER_SM=2: the consumers' registers for two programs per SM (the launch's cap is launch_maxnreg's)."""
     stride_om, stride_oh = stride_o
     stride_lse_b, stride_lse_h = stride_lse
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]  # Q and K tiles' width (a chunk's with QK_CHUNKS > 1)
@@ -770,7 +789,8 @@ def attention_fwd_sm90_kernel(
                          stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
                          softcap_out, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
                          HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
-        ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+        ], [4, 4], [CONSUMER_REGS if CTAS_PER_SM == 1 else CONSUMER_REGS_TWO_PER_SM,
+                    CONSUMER_REGS if CTAS_PER_SM == 1 else CONSUMER_REGS_TWO_PER_SM])
 
     for i in gl.static_range(Q_STAGES):
         mbarrier.invalidate(q_bar.index(i))
@@ -833,9 +853,12 @@ class Sm90ForwardPlan:
             # such plans keep one program per item (docs/checks.md)
             persistent, walk = False, "sections"
         items = num_tiles
+        ctas_per_sm = tuning["CTAS_PER_SM"]
+        maxnreg = launch_maxnreg(consumers, ctas_per_sm, free_regs)
         if persistent:
-            # one program per SM (the shared memory allows no second), each looping over work items
-            num_tiles = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
+            # CTAS_PER_SM programs per SM (one unless the tuning's shared memory allows two), each looping over items
+            num_tiles = min(num_tiles,
+                            ctas_per_sm * torch.cuda.get_device_properties(q.device).multi_processor_count)
         if l2_share and walk != "heads":
             # a query head's items stream K and V, shared by the heads of its GQA group
             section = l2_section(seqlen_k * head_dim * 2 * q.element_size() * nheads_k // nheads, q.device,
@@ -875,7 +898,7 @@ class Sm90ForwardPlan:
         self.attend = Launch(
             attention_fwd_sm90_kernel, (max(num_tiles, 1), 1, 1), (),
             dict(named, REVERSE_M=named["HAS_RIGHT"], IS_FP8=fp8, **tuning),
-            num_warps=4, num_stages=1, options=dict(maxnreg=MAXNREG[consumers]),
+            num_warps=4, num_stages=1, options=dict(maxnreg=maxnreg),
             compiling=free_registers if free_regs else None)
 
     def __call__(self, q, k, v, opts, descales=(None, None, None)):
@@ -965,4 +988,4 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
         descriptors["o_desc"] = 64
         constants.update(QDescale=None, KDescale=None, VDescale=None)
     return compile_gluon(attention_fwd_sm90_kernel, dtype, head_dim, descriptors, types, constants,
-                         MAXNREG[constants["CONSUMERS"]], free_regs)
+                         launch_maxnreg(constants["CONSUMERS"], constants["CTAS_PER_SM"], free_regs), free_regs)
