@@ -40,10 +40,12 @@ from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
 from ..portable.v_layout import RELABEL_KEYS, v_keys_last
 from .common import (
+    _SCALAR,
     WG_M,
     BlockLists,
     ScoreMod,
     WorkGrid,
+    _value,
     compile_gluon,
     descriptor,
     free_phase,
@@ -312,30 +314,111 @@ class FwdSmem:
         self.turn = turn
 
 
+@aggregate
+class FwdFlags:
+    """The kernel's compile-time choices as one argument of its partitions and helpers: tile shapes (BLOCK_N keys,
+    BLOCK_D Q/K columns, BLOCK_DV value columns), the K/V ring's STAGES, the feature flags and P_SHIFT (FP8's P
+    carries 2**8, softmax.online_softmax_update). A new flag is one field here, its value in the kernel, and its
+    use."""
+    BLOCK_N: gl.constexpr
+    BLOCK_D: gl.constexpr
+    BLOCK_DV: gl.constexpr
+    STAGES: gl.constexpr
+    HAS_LEFT: gl.constexpr
+    HAS_RIGHT: gl.constexpr
+    IS_VARLEN: gl.constexpr
+    HAS_SOFTCAP: gl.constexpr
+    HAS_ALIBI: gl.constexpr
+    REVERSE_M: gl.constexpr
+    PINGPONG: gl.constexpr
+    IS_FP8: gl.constexpr
+    SEPARATE_O: gl.constexpr
+    LAZY_O_WAIT: gl.constexpr
+    P_SHIFT: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI,
+                 REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT):
+        self.BLOCK_N = gl.constexpr(BLOCK_N)
+        self.BLOCK_D = gl.constexpr(BLOCK_D)
+        self.BLOCK_DV = gl.constexpr(BLOCK_DV)
+        self.STAGES = gl.constexpr(STAGES)
+        self.HAS_LEFT = gl.constexpr(HAS_LEFT)
+        self.HAS_RIGHT = gl.constexpr(HAS_RIGHT)
+        self.IS_VARLEN = gl.constexpr(IS_VARLEN)
+        self.HAS_SOFTCAP = gl.constexpr(HAS_SOFTCAP)
+        self.HAS_ALIBI = gl.constexpr(HAS_ALIBI)
+        self.REVERSE_M = gl.constexpr(REVERSE_M)
+        self.PINGPONG = gl.constexpr(PINGPONG)
+        self.IS_FP8 = gl.constexpr(IS_FP8)
+        self.SEPARATE_O = gl.constexpr(SEPARATE_O)
+        self.LAZY_O_WAIT = gl.constexpr(LAZY_O_WAIT)
+        self.P_SHIFT = gl.constexpr(8.0 if IS_FP8 else 0.0)
+
+
+@aggregate
+class FwdOut:
+    """What the consumers read and write besides the tiles: Out and Lse with their strides (O's (row, head),
+    Lse's (batch, head)), the per-head inputs (ALiBi slopes and their batch stride, FP8's descales, sinks; None
+    where the call has none) and the score tail's launch scalars (log2-scaled softmax scale, softcap's factors)."""
+    out: _SCALAR
+    lse: _SCALAR
+    stride_om: _SCALAR
+    stride_oh: _SCALAR
+    stride_lse_b: _SCALAR
+    stride_lse_h: _SCALAR
+    alibi_slopes: _SCALAR
+    stride_alibi_b: _SCALAR
+    q_descale: _SCALAR
+    k_descale: _SCALAR
+    v_descale: _SCALAR
+    sink: _SCALAR
+    qk_scale: _SCALAR
+    softcap_in2: _SCALAR
+    softcap_out: _SCALAR
+
+    @gluon.constexpr_function
+    def __init__(self, out, lse, stride_om, stride_oh, stride_lse_b, stride_lse_h, alibi_slopes, stride_alibi_b,
+                 q_descale, k_descale, v_descale, sink, qk_scale, softcap_in2, softcap_out):
+        self.out = _value(out)
+        self.lse = _value(lse)
+        self.stride_om = _value(stride_om)
+        self.stride_oh = _value(stride_oh)
+        self.stride_lse_b = _value(stride_lse_b)
+        self.stride_lse_h = _value(stride_lse_h)
+        self.alibi_slopes = _value(alibi_slopes)
+        self.stride_alibi_b = _value(stride_alibi_b)
+        self.q_descale = _value(q_descale)
+        self.k_descale = _value(k_descale)
+        self.v_descale = _value(v_descale)
+        self.sink = _value(sink)
+        self.qk_scale = _value(qk_scale)
+        self.softcap_in2 = _value(softcap_in2)
+        self.softcap_out = _value(softcap_out)
+
+
 @gluon.jit
-def _tile(tile, grid: WorkGrid, lists: BlockLists, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-          HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr):
+def _tile(tile, grid: WorkGrid, lists: BlockLists, BLOCK_M: gl.constexpr, f: FwdFlags):
     """Where work item `tile` lies: (batch, head, first query row, the sequence's bounds, key ranges).
     Items run query tile by query tile over sections of grid.section (batch, head) pairs whose K and V fit in L2
     (device/tile_order.py), so programs running together share them; REVERSE_M (causal) takes the longest
     rows first, so short ones fill the last wave. With a block mask (lists.on) the key "ranges" count visit tiles
     (BLOCK_N apart): the partial blocks' tiles, masked, then the full ones; `visit` says where its lists are."""
-    start_m, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k = grid.item(tile, BLOCK_M, REVERSE_M, IS_VARLEN)
+    start_m, off_b, off_h, q_start, seqlen_q, k_start, seqlen_k = grid.item(tile, BLOCK_M, f.REVERSE_M, f.IS_VARLEN)
     if lists.on:
-        n_lo, n_full_lo, n_full_hi, n_hi, visit = lists.ranges(off_b, off_h, start_m, BLOCK_N)
+        n_lo, n_full_lo, n_full_hi, n_hi, visit = lists.ranges(off_b, off_h, start_m, f.BLOCK_N)
     else:
         n_lo, n_full_lo, n_full_hi, n_hi = kv_range_for_q_tile(start_m, seqlen_q, seqlen_k, grid.window_left,
-                                                               grid.window_right, BLOCK_M, BLOCK_N, HAS_LEFT,
-                                                               HAS_RIGHT)
+                                                               grid.window_right, BLOCK_M, f.BLOCK_N, f.HAS_LEFT,
+                                                               f.HAS_RIGHT)
         visit = (0, 0, 0)
     return off_b, off_h, start_m, q_start, seqlen_q, k_start, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi, visit
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockLists, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr,
-              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, REVERSE_M: gl.constexpr,
-              IS_FP8: gl.constexpr):
+def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockLists, f: FwdFlags):
+    BLOCK_N: gl.constexpr = f.BLOCK_N
+    STAGES: gl.constexpr = f.STAGES
     Q_STAGES: gl.constexpr = sm.q_bar.shape[0]
     QK_CHUNKS: gl.constexpr = sm.k.shape[0] // STAGES  # Q and K tiles per part and stage (_issue_s)
     CONSUMERS: gl.constexpr = sm.q.shape[0] // (Q_STAGES * QK_CHUNKS)  # one Q part each per Q stage
@@ -345,9 +428,9 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
     first, last, step = grid.steps()
     for tile in range(first, last, step):
         off_b, off_h, start_m, q_start, n_rows, k_start, _, n_lo, _, _, n_hi, visit = _tile(
-            tile, grid, lists, CONSUMERS * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+            tile, grid, lists, CONSUMERS * WG_M, f)
         if start_m < n_rows:  # else a packed sequence shorter than the longest one
-            tma_b = tma_batch(off_b, IS_VARLEN)
+            tma_b = tma_batch(off_b, f.IS_VARLEN)
             off_hk = off_h // grid.group
             # the consumers free a Q stage (it also stages their O unless SEPARATE_O) when their output is out
             qs = done % Q_STAGES
@@ -371,7 +454,7 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
                              sm.k.index(stage * QK_CHUNKS + c))
                 mbarrier.wait(sm.kv_empty.index(STAGES + stage), phase)
                 mbarrier.expect(sm.v_ready.index(stage), v_desc.block_type.nbytes)
-                if IS_FP8:  # V stored (batch, heads, head_dim, keys): a (head_dim, BLOCK_N) tile
+                if f.IS_FP8:  # V stored (batch, heads, head_dim, keys): a (head_dim, BLOCK_N) tile
                     tma_load(v_desc, [tma_b, off_hk, 0, k_start + key_n], sm.v_ready.index(stage),
                              sm.v.index(stage))
                 else:
@@ -419,15 +502,13 @@ def _v_tile(v_smem, stage, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, IS_FP8:
 
 @gluon.jit
 def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
-           softcap_out, alibi_slope, lists: BlockLists, visit, mod: ScoreMod, dtype: gl.constexpr,
-           BLOCK_N: gl.constexpr,
-           BLOCK_DV: gl.constexpr,
-           HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-           MASKED: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
+           softcap_out, alibi_slope, lists: BlockLists, visit, mod: ScoreMod, dtype: gl.constexpr, f: FwdFlags,
+           MASKED: gl.constexpr):
     """Raw scores of one tile -> P (dtype, in the PV matmul's A-operand layout; FP8: as computed, for its
     shared buffer), alpha, new m_i, l_i. With a block mask, start_n is the visit tile's place (BLOCK_N apart) and
     only partial blocks' bits mask (the plan takes whole blocks only: no sequence end inside one); a score_mod
     (mod.on) applies before the mask, and any of its tiles may hold -inf."""
+    BLOCK_N: gl.constexpr = f.BLOCK_N
     key0 = start_n
     if lists.on and mod.on:
         key0 = lists.tile_start(visit, start_n // BLOCK_N, BLOCK_N)  # the keys' own positions, for the mod
@@ -436,13 +517,13 @@ def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_le
     if lists.on and MASKED:
         s = lists.mask(s, visit, start_n // BLOCK_N, offs_m, BLOCK_N)
     s, scale, _ = score_tail(s, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left,
-                             window_right, softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                             HAS_ALIBI, MASKED and not lists.on)
-    p, alpha, m_i, l_i = online_softmax_update(s, m_i, l_i, scale, MASKED or mod.on, P_SHIFT)
-    if IS_FP8:
+                             window_right, softcap_in2, softcap_out, alibi_slope, f.HAS_LEFT, f.HAS_RIGHT,
+                             f.HAS_SOFTCAP, f.HAS_ALIBI, MASKED and not lists.on)
+    p, alpha, m_i, l_i = online_softmax_update(s, m_i, l_i, scale, MASKED or mod.on, f.P_SHIFT)
+    if f.IS_FP8:
         p = p.to(dtype)
     else:
-        p = gl.convert_layout(p.to(dtype), p_layout(BLOCK_DV))
+        p = gl.convert_layout(p.to(dtype), p_layout(f.BLOCK_DV))
     return p, alpha, m_i, l_i
 
 
@@ -462,11 +543,10 @@ def _keep_p(p, p_smem, it, IS_FP8: gl.constexpr):
 
 
 @gluon.jit
-def _issue_pv(p, p_smem, it, v_smem, acc, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
-              IS_FP8: gl.constexpr):
+def _issue_pv(p, p_smem, it, v_smem, acc, f: FwdFlags):
     """O += P_it V_it, asynchronously: P from registers, FP8's from its shared buffer."""
-    v = _v_tile(v_smem, it % STAGES, BLOCK_N, BLOCK_D, IS_FP8)
-    if IS_FP8:
+    v = _v_tile(v_smem, it % f.STAGES, f.BLOCK_N, f.BLOCK_DV, f.IS_FP8)
+    if f.IS_FP8:
         tok = warpgroup_mma(p_smem.index(it % 2), v, acc, is_async=True)
     else:
         tok = warpgroup_mma(p, v, acc, is_async=True)
@@ -501,28 +581,25 @@ def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
 @gluon.jit
 def _step(it, turns, start_n, acc, m_i, l_i, p, q_part, sm: FwdSmem, p_smem, offs_m, seqlen_q, seqlen_k, qk_scale,
           window_left, window_right, softcap_in2, softcap_out, alibi_slope, lists: BlockLists, visit, mod: ScoreMod,
-          WG: gl.constexpr, BLOCK_N: gl.constexpr,
-          BLOCK_D: gl.constexpr, BLOCK_DV: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
-          HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr, PINGPONG: gl.constexpr,
-          MASKED: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
+          WG: gl.constexpr, f: FwdFlags, MASKED: gl.constexpr):
     """Key tile `it` (at start_n): S_it = Q K_itᵀ and O += P_{it-1} V_{it-1} in flight together, the
     softmax of S_it under the PV matmul, then O rescaled and stage it-1 handed back."""
+    STAGES: gl.constexpr = f.STAGES
     stage = it % STAGES
     prev = (it - 1) % STAGES
     mbarrier.wait(sm.k_ready.index(stage), ready_phase(it, STAGES))
     mbarrier.wait(sm.v_ready.index(prev), ready_phase(it - 1, STAGES))
-    _take_turn(sm.turn, turns, WG, PINGPONG)
-    s_tok = _issue_s(sm, q_part, stage, BLOCK_N, BLOCK_D)
-    o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, BLOCK_N, BLOCK_DV, STAGES, IS_FP8)
-    _pass_turn(sm.turn, WG, PINGPONG)
+    _take_turn(sm.turn, turns, WG, f.PINGPONG)
+    s_tok = _issue_s(sm, q_part, stage, f.BLOCK_N, f.BLOCK_D)
+    o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, f)
+    _pass_turn(sm.turn, WG, f.PINGPONG)
     s = warpgroup_mma_wait(1, deps=[s_tok])
     mbarrier.arrive(sm.kv_empty.index(stage), count=1)
     p_next, alpha, m_i, l_i = _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left,
                                      window_right, softcap_in2, softcap_out, alibi_slope, lists, visit, mod,
-                                     sm.q.dtype, BLOCK_N,
-                                     BLOCK_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, IS_FP8, P_SHIFT)
-    p_next = _keep_p(p_next, p_smem, it, IS_FP8)
-    acc, p = _wait_pv(o_tok, p, IS_FP8)
+                                     sm.q.dtype, f, MASKED)
+    p_next = _keep_p(p_next, p_smem, it, f.IS_FP8)
+    acc, p = _wait_pv(o_tok, p, f.IS_FP8)
     mbarrier.arrive(sm.kv_empty.index(STAGES + prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
     return acc, m_i, l_i, p_next
@@ -531,32 +608,29 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_part, sm: FwdSmem, p_smem, off
 @gluon.jit
 def _attend(q_part, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, n_lo, n_full_lo, n_full_hi, n_hi,
             qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, lists: BlockLists, visit,
-            mod: ScoreMod, WG: gl.constexpr,
-            BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, BLOCK_DV: gl.constexpr, STAGES: gl.constexpr,
-            HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-            PINGPONG: gl.constexpr, IS_FP8: gl.constexpr, P_SHIFT: gl.constexpr):
+            mod: ScoreMod, WG: gl.constexpr, f: FwdFlags):
     """One consumer's 64 rows of a work item over key tiles [n_lo, n_hi): (acc, m_i, l_i, it, turns).
     `it` (the ring slot) and `turns` (ping-pong turns taken) run on across work items."""
+    BLOCK_N: gl.constexpr = f.BLOCK_N
+    STAGES: gl.constexpr = f.STAGES
+    PINGPONG: gl.constexpr = f.PINGPONG
     bits: gl.constexpr = sm.q.dtype.primitive_bitwidth
     s_layout: gl.constexpr = wgmma_layout(BLOCK_N, bits)
     m_i = gl.full([WG_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([WG_M], gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([WG_M, BLOCK_DV], gl.float32, wgmma_layout(BLOCK_DV, bits))
+    acc = gl.zeros([WG_M, f.BLOCK_DV], gl.float32, wgmma_layout(f.BLOCK_DV, bits))
     if n_hi > n_lo:
         # the first tile alone: its S has no PV to overlap with (masked: it may be cut by anything)
         stage = it % STAGES
         mbarrier.wait(sm.k_ready.index(stage), ready_phase(it, STAGES))
         _take_turn(sm.turn, turns, WG, PINGPONG)
-        s_tok = _issue_s(sm, q_part, stage, BLOCK_N, BLOCK_D)
+        s_tok = _issue_s(sm, q_part, stage, BLOCK_N, f.BLOCK_D)
         _pass_turn(sm.turn, WG, PINGPONG)
         s = warpgroup_mma_wait(0, deps=[s_tok])
         mbarrier.arrive(sm.kv_empty.index(stage), count=1)
         p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-                                softcap_in2, softcap_out, alibi_slope, lists, visit, mod, sm.q.dtype, BLOCK_N,
-                                BLOCK_DV,
-                                HAS_LEFT,
-                                HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, True, IS_FP8, P_SHIFT)
-        p = _keep_p(p, p_smem, it, IS_FP8)
+                                softcap_in2, softcap_out, alibi_slope, lists, visit, mod, sm.q.dtype, f, True)
+        p = _keep_p(p, p_smem, it, f.IS_FP8)
         it += 1
         turns += 1
         first = n_lo + BLOCK_N
@@ -566,45 +640,39 @@ def _attend(q_part, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         # diagonal, the window's right edge and the keys' end (masked)
         bounds = (first, full_lo, full_hi, n_hi)
         for r in gl.static_range(3):
-            if r != 0 or HAS_LEFT or lists.on:  # a block mask's partial blocks come first
+            if r != 0 or f.HAS_LEFT or lists.on:  # a block mask's partial blocks come first
                 for start_n in range(bounds[r], bounds[r + 1], BLOCK_N):
                     acc, m_i, l_i, p = _step(it, turns, start_n, acc, m_i, l_i, p, q_part, sm, p_smem, offs_m,
                                              seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2,
-                                             softcap_out, alibi_slope, lists, visit, mod, WG, BLOCK_N, BLOCK_D,
-                                             BLOCK_DV, STAGES,
-                                             HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, r != 1, IS_FP8,
-                                             P_SHIFT)
+                                             softcap_out, alibi_slope, lists, visit, mod, WG, f, r != 1)
                     it += 1
                     turns += 1
         # the last PV
         prev = (it - 1) % STAGES
         mbarrier.wait(sm.v_ready.index(prev), ready_phase(it - 1, STAGES))
         _take_turn(sm.turn, turns, WG, PINGPONG)
-        o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, BLOCK_N, BLOCK_DV, STAGES, IS_FP8)
+        o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, f)
         _pass_turn(sm.turn, WG, PINGPONG)
-        acc, p = _wait_pv(o_tok, p, IS_FP8)
+        acc, p = _wait_pv(o_tok, p, f.IS_FP8)
         mbarrier.arrive(sm.kv_empty.index(STAGES + prev), count=1)
         turns += 1
     return acc, m_i, l_i, it, turns
 
 
 @gluon.jit
-def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale,
-              Sink, stride_om, stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid: WorkGrid, lists: BlockLists,
-              mod: ScoreMod, qk_scale, softcap_in2,
-              softcap_out, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, BLOCK_DV: gl.constexpr, STAGES: gl.constexpr,
-              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
-              HAS_ALIBI: gl.constexpr, REVERSE_M: gl.constexpr, PINGPONG: gl.constexpr, IS_FP8: gl.constexpr,
-              SEPARATE_O: gl.constexpr, LAZY_O_WAIT: gl.constexpr):
+def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: WorkGrid, lists: BlockLists,
+              mod: ScoreMod, f: FwdFlags):
+    BLOCK_DV: gl.constexpr = f.BLOCK_DV
+    IS_FP8: gl.constexpr = f.IS_FP8
+    SEPARATE_O: gl.constexpr = f.SEPARATE_O
+    LAZY_O_WAIT: gl.constexpr = f.LAZY_O_WAIT
     bits: gl.constexpr = sm.q.dtype.primitive_bitwidth
-    s_layout: gl.constexpr = wgmma_layout(BLOCK_N, bits)
+    s_layout: gl.constexpr = wgmma_layout(f.BLOCK_N, bits)
     o_layout: gl.constexpr = wgmma_layout(BLOCK_DV, bits)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    dtype: gl.constexpr = Out.dtype.element_ty
-    # FP8's P carries 2**8 (softmax.online_softmax_update)
-    P_SHIFT: gl.constexpr = 8.0 if IS_FP8 else 0.0
+    dtype: gl.constexpr = io.out.dtype.element_ty
     Q_STAGES: gl.constexpr = sm.q_bar.shape[0]
-    QK_CHUNKS: gl.constexpr = sm.k.shape[0] // STAGES
+    QK_CHUNKS: gl.constexpr = sm.k.shape[0] // f.STAGES
     CONSUMERS: gl.constexpr = sm.q.shape[0] // (Q_STAGES * QK_CHUNKS)
     it = 0
     turns = 0
@@ -612,17 +680,16 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
     first, last, step = grid.steps()
     for tile in range(first, last, step):
         off_b, off_h, start_m, q_start, n_rows, _, n_keys, n_lo, n_full_lo, n_full_hi, n_hi, visit = _tile(
-            tile, grid, lists, CONSUMERS * WG_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN, REVERSE_M)
+            tile, grid, lists, CONSUMERS * WG_M, f)
         if start_m < n_rows:
-            alibi_slope = alibi_slope_of(AlibiSlopes, off_b, off_h, stride_alibi_b, HAS_ALIBI)
-            tile_scale = qk_scale
-            tile_softcap_in2 = softcap_in2
+            alibi_slope = alibi_slope_of(io.alibi_slopes, off_b, off_h, io.stride_alibi_b, f.HAS_ALIBI)
+            tile_scale = io.qk_scale
+            tile_softcap_in2 = io.softcap_in2
             v_descale = 1.0
             if IS_FP8:
-                tile_scale, tile_softcap_in2, v_descale = fp8_scales(QDescale, KDescale, VDescale, off_b,
+                tile_scale, tile_softcap_in2, v_descale = fp8_scales(io.q_descale, io.k_descale, io.v_descale, off_b,
                                                                      off_h // grid.group, grid.heads // grid.group,
-                                                                     qk_scale,
-                                                                     softcap_in2)
+                                                                     io.qk_scale, io.softcap_in2)
             row0 = start_m + WG * WG_M
             offs_m = row0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
             qs = done % Q_STAGES
@@ -630,32 +697,30 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, Out, Lse, AlibiSlop
             mbarrier.wait(sm.q_bar.index(qs), ready_phase(done, Q_STAGES))
             acc, m_i, l_i, it, turns = _attend(q_part, sm, p_smem, it, turns, offs_m, n_rows, n_keys, n_lo, n_full_lo,
                                                n_full_hi, n_hi, tile_scale, grid.window_left, grid.window_right,
-                                               tile_softcap_in2, softcap_out, alibi_slope, lists, visit,
-                                               mod.at(off_b, off_h), WG, BLOCK_N,
-                                               BLOCK_D, BLOCK_DV, STAGES,
-                                               HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PINGPONG, IS_FP8, P_SHIFT)
+                                               tile_softcap_in2, io.softcap_out, alibi_slope, lists, visit,
+                                               mod.at(off_b, off_h), WG, f)
             if SEPARATE_O:
                 # every S of this item retired inside _attend: the producer may load the next item's Q now
                 mbarrier.arrive(sm.q_empty.index(qs), count=1)
 
-            out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), P_SHIFT, Sink,
+            out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), f.P_SHIFT, io.sink,
                                 off_h)
             if lists.on:
                 lse = gl.where(lse == float("inf"), float("-inf"), lse)  # FlexAttention's row that sees no key
             if IS_FP8:
                 out = out * v_descale
             rows = row0 + gl.arange(0, WG_M, layout=row_o)
-            lse_base = Lse + off_b.to(gl.int64) * stride_lse_b + off_h.to(gl.int64) * stride_lse_h + q_start
+            lse_base = io.lse + off_b.to(gl.int64) * io.stride_lse_b + off_h.to(gl.int64) * io.stride_lse_h + q_start
             gl.store(lse_base + rows, lse, mask=rows < n_rows)
-            if IS_VARLEN or IS_FP8 or QK_CHUNKS > 1:
+            if f.IS_VARLEN or IS_FP8 or QK_CHUNKS > 1:
                 # packed rows end at each sequence; FP8's bf16 O does not fit its e4m3 Q stage, nor an O of another
                 # width Q's chunks (MLA)
                 cols = gl.arange(0, BLOCK_DV, layout=gl.SliceLayout(0, o_layout))
-                if IS_VARLEN:
+                if f.IS_VARLEN:
                     o_rows = (q_start + rows).to(gl.int64)
                 else:
                     o_rows = off_b.to(gl.int64) * grid.seqlen_q + rows  # dense: O is this plan's contiguous output
-                o_ptrs = Out + off_h.to(gl.int64) * stride_oh + o_rows[:, None] * stride_om + cols[None, :]
+                o_ptrs = io.out + off_h.to(gl.int64) * io.stride_oh + o_rows[:, None] * io.stride_om + cols[None, :]
                 gl.store(o_ptrs, out.to(dtype), mask=(rows[:, None] < n_rows) & (cols[None, :] < BLOCK_DV))
             else:
                 # O staged for one TMA store: in this half's Q part (free now that its last S retired), or with
@@ -758,39 +823,26 @@ def attention_fwd_sm90_kernel(
     else:
         o_smem = q_smem
     sm = FwdSmem(q_smem, k_smem, v_smem, o_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn)
+    f = FwdFlags(BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M,
+                 PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)
+    io = FwdOut(Out, Lse, stride_om, stride_oh, stride_lse_b, stride_lse_h, AlibiSlopes, stride_alibi_b, QDescale,
+                KDescale, VDescale, Sink, qk_scale, softcap_in2, softcap_out)
+    consumer_regs: gl.constexpr = CONSUMER_REGS if CTAS_PER_SM == 1 else CONSUMER_REGS_TWO_PER_SM
     # two launches of the same partitions: Gluon (3.6) takes the partition list only as a literal (a list held
     # in a variable, or tuples joined with +, do not compile)
     if CONSUMERS == 3:  # no ping-pong, no FP8 (the plan checks): the third consumer shares the first's P buffer
         gl.warp_specialize([
-            (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
-                         REVERSE_M, IS_FP8)),
-            (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
-                         softcap_out, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
-                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
-            (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
-                         softcap_out, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
-                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
-            (_consumer, (2, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
-                         softcap_out, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
-                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
+            (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, f)),
+            (_consumer, (0, sm, p_smem0, o_desc, io, grid, lists, mod, f)),
+            (_consumer, (1, sm, p_smem1, o_desc, io, grid, lists, mod, f)),
+            (_consumer, (2, sm, p_smem0, o_desc, io, grid, lists, mod, f)),
         ], [4, 4, 4], [CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3, CONSUMER_REGS_OF_3])
     else:
         gl.warp_specialize([
-            (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN,
-                         REVERSE_M, IS_FP8)),
-            (_consumer, (0, sm, p_smem0, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
-                         softcap_out, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
-                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
-            (_consumer, (1, sm, p_smem1, o_desc, Out, Lse, AlibiSlopes, QDescale, KDescale, VDescale, Sink, stride_om,
-                         stride_oh, stride_lse_b, stride_lse_h, stride_alibi_b, grid, lists, mod, qk_scale, softcap_in2,
-                         softcap_out, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP,
-                         HAS_ALIBI, REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)),
-        ], [4, 4], [CONSUMER_REGS if CTAS_PER_SM == 1 else CONSUMER_REGS_TWO_PER_SM,
-                    CONSUMER_REGS if CTAS_PER_SM == 1 else CONSUMER_REGS_TWO_PER_SM])
+            (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, f)),
+            (_consumer, (0, sm, p_smem0, o_desc, io, grid, lists, mod, f)),
+            (_consumer, (1, sm, p_smem1, o_desc, io, grid, lists, mod, f)),
+        ], [4, 4], [consumer_regs, consumer_regs])
 
     for i in gl.static_range(Q_STAGES):
         mbarrier.invalidate(q_bar.index(i))
