@@ -6,11 +6,22 @@ imported, so it is set here, at collection time. Outputs are NaN-poisoned so an 
 
 import os
 
+import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ["FLASHATTN2_POISON_OUTPUTS"] = "1"
+
+
+@pytest.fixture(scope="session")
+def compile_child():
+    """A child process that compiles kernels for sm_90 without the interpreter, one per test worker."""
+    from compile_child import CompileChild
+
+    child = CompileChild()
+    yield child
+    child.close()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -9,7 +9,6 @@ runs through the Gluon forward on sm_90 by default, and on the Triton one with F
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -158,8 +157,8 @@ def _ptxas_report(ptxas: str, ptx_path: str, tmp_path) -> str:
     return run.stderr
 
 
-# The compile runs in a child process without TRITON_INTERPRET: under the interpreter the shared
-# @triton.jit helpers are interpreted functions, which a Gluon kernel cannot call.
+# The compile runs in a child process without TRITON_INTERPRET (tests/compile_child.py): under the interpreter the
+# shared @triton.jit helpers are interpreted functions, which a Gluon kernel cannot call.
 _COMPILE = """
 import sys, torch
 from triton.backends.nvidia.compiler import get_ptxas
@@ -182,15 +181,11 @@ sys.stdout.write(get_ptxas(90).path)
 @pytest.mark.skipif(ON_GPU, reason="compile-only check for CPU CI; the GPU runs the kernels")
 @pytest.mark.parametrize("head_dim,dtype,flags", VARIANTS,
                          ids=[f"d{d}-{str(t)[6:]}-{'-'.join(f).lower() or 'plain'}" for d, t, f in VARIANTS])
-def test_gluon_variant_compiles_for_sm90(head_dim, dtype, flags, tmp_path):
+def test_gluon_variant_compiles_for_sm90(head_dim, dtype, flags, tmp_path, compile_child):
     flags = dict(flags)
     may_spill = flags.pop("MAY_SPILL", False)
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(__file__), "..", "src"),
-                                         env.get("PYTHONPATH", "")])
     ptx_path = str(tmp_path / "k.ptx")
-    run = subprocess.run([sys.executable, "-c", _COMPILE, ptx_path, str(head_dim), str(dtype)[6:], *flags], env=env,
-                         capture_output=True, text=True)
+    run = compile_child.run(_COMPILE, [ptx_path, str(head_dim), str(dtype)[6:], *flags])
     assert run.returncode == 0, f"the Gluon kernel does not compile for sm_90:\n{run.stderr[-4000:]}"
     with open(ptx_path) as f:
         ptx = f.read()

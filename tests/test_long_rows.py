@@ -1,9 +1,6 @@
 """Row offsets past 2**31 elements inside one sequence: the LONG_ROWS variant of the Triton kernels (64-bit row
 offsets), chosen from the shapes; every other shape keeps the 32-bit code."""
 
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -142,10 +139,7 @@ for kernel, types, extra in ((forward.attention_fwd_kernel, ft, dict(BLOCK_M=128
 
 
 @pytest.mark.skipif(ON_GPU, reason="compile-only check for CPU CI; the GPU runs the kernels")
-def test_long_rows_variants_compile_for_sm90():
+def test_long_rows_variants_compile_for_sm90(compile_child):
     # the interpreter runs Python, not Triton's compiler: a kernel it runs may still not compile
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(__file__), "..", "src"),
-                                         env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE], env=env, capture_output=True, text=True)
+    run = compile_child.run(_COMPILE, [])
     assert run.returncode == 0, run.stderr[-4000:]

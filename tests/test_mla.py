@@ -4,8 +4,6 @@ rule; out takes v's head dim and the default scale stays 1/sqrt(query head dim).
 GPU (the Hopper kernels decline such calls: the portable kernels run them)."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -190,14 +188,10 @@ ps.triton_ptx(combine.combine_kernel, dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_R=16
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="compile-only check for CPU CI; the GPU runs the kernels")
-def test_mla_and_sink_kernels_compile_for_sm90():
+def test_mla_and_sink_kernels_compile_for_sm90(compile_child):
     # the interpreter runs Python, not Triton's compiler: the unlike-head-dim variants and the sink passes must
     # compile for sm_90 too
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    root = os.path.join(os.path.dirname(__file__), "..")
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(root, "src"), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE, os.path.join(root, "scripts")], env=env,
-                         capture_output=True, text=True)
+    run = compile_child.run(_COMPILE, [os.path.join(os.path.dirname(__file__), "..", "scripts")])
     assert run.returncode == 0, run.stderr[-4000:]
 
 
@@ -275,11 +269,8 @@ for flags in (dict(), dict(NUM_SPLITS=4, HAS_SEQLENS=True, HAS_BATCH_IDX=True),
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="compile-only check for CPU CI; the GPU runs the kernels")
-def test_gluon_latent_decoding_compiles_for_sm90():
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    root = os.path.join(os.path.dirname(__file__), "..")
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(root, "src"), env.get("PYTHONPATH", "")])
-    run = subprocess.run([sys.executable, "-c", _COMPILE_LATENT], env=env, capture_output=True, text=True)
+def test_gluon_latent_decoding_compiles_for_sm90(compile_child):
+    run = compile_child.run(_COMPILE_LATENT, [])
     assert run.returncode == 0, run.stderr[-4000:]
 
 
