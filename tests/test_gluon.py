@@ -87,6 +87,9 @@ VARIANTS = [
                           "BLOCK_N=64": True, "STAGES=2": True, "MAY_SPILL": True}),
     (64, torch.float16, {"CTAS_PER_SM=2": True, "BLOCK_N=64": True, "STAGES=2": True, "Q_STAGES=2": True,
                          "SEPARATE_O=1": True, "MAY_SPILL": True}),
+    # and FP8 d64 (no spills); FP8 d128's PV wgmma, as bf16's, needs more than 80
+    (64, torch.float8_e4m3fn, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True, "CTAS_PER_SM=2": True,
+                               "BLOCK_N=64": True, "STAGES=2": True, "Q_STAGES=2": True}),
     # O staged apart from Q (SEPARATE_O: the default of dense d64 causal and d128 calls; at d128 with 2 stages)
     (64, torch.bfloat16, {"SEPARATE_O=1": True, "HAS_RIGHT": True, "REVERSE_M": True}),
     (128, torch.float16, {"SEPARATE_O=1": True, "STAGES=2": True, "Q_STAGES=2": True}),
@@ -532,6 +535,20 @@ def test_gluon_forward_two_programs_per_sm(shape, gluon_backend, monkeypatch):
     out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
                                          return_attn_probs=True)
     check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
+    # FP8 d64 the same way (two Q stages)
+    from flashattn2 import quantize_fp8
+
+    monkeypatch.setattr(fwd_sm90, "CONFIGS_FP8", {**fwd_sm90.CONFIGS_FP8, 64: dict(fwd_sm90.CONFIGS_FP8[64], **two)})
+    for table in ("CONFIGS_FP8_CAUSAL", "CONFIGS_FP8_DENSE"):
+        monkeypatch.setattr(fwd_sm90, table, {k: v for k, v in getattr(fwd_sm90, table).items() if k != 64})
+    flashattn2.set_backend("gluon")
+    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
+    q8, k8, v8, *descales = quantize_fp8(q, k, v)
+    out, lse, _ = flash_attn_func(q8, k8, v8, return_attn_probs=True, q_descale=descales[0], k_descale=descales[1],
+                                  v_descale=descales[2], **options)
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    assert plan.attend.named["CTAS_PER_SM"] == 2 and plan.attend.named["IS_FP8"]
+    _fp8_check(q8, k8, v8, descales, out, lse, **options)
 
 
 def test_launch_register_cap_by_programs_per_sm():
