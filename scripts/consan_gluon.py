@@ -1,9 +1,9 @@
 """Triton's concurrency sanitizer (ConSan) over the Gluon forward and backward kernels on a few shapes: it
 instruments every shared-memory access, barrier and async copy and stops the kernel on a race or a barrier misuse.
-Run on an sm_90 GPU: python scripts/consan_gluon.py [bwd | latent [KEY=VALUE+...] | persistent] (bwd: the backward
-alone, its forward on Triton; latent: the latent-cache decoding kernel, with a LATENT_TUNING over its defaults such
-as VALUE_WGS=2+SCORE_WGS=2; persistent: only the forward shape whose programs loop
-over several work items, the slowest under ConSan)"""
+Run on an sm_90 GPU: python scripts/consan_gluon.py [bwd | latent [KEY=VALUE+...] | persistent | two] (bwd: the
+backward alone, its forward on Triton; latent: the latent-cache decoding kernel, with a LATENT_TUNING over its defaults
+such as VALUE_WGS=2+SCORE_WGS=2; persistent: only the forward shape whose programs loop
+over several work items, the slowest under ConSan; two: d64 forwards with two programs per SM, CTAS_PER_SM=2)"""
 
 import os
 import sys
@@ -64,6 +64,18 @@ if sys.argv[1:2] == ["latent"]:
 
 if sys.argv[1:] == ["persistent"]:
     SHAPES = [shape for shape in SHAPES if shape[2] == 160]
+
+if sys.argv[1:] == ["two"]:
+    # two programs per SM (forward.CTAS_PER_SM=2, 64-key tiles) at d64: causal on the schedule over 2 x SMs
+    # programs, and non-causal with more items than programs
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    two = dict(CTAS_PER_SM=2, CONSUMERS=2, FREE_REGS=False, BLOCK_N=64, STAGES=2, Q_STAGES=1, SEPARATE_O=False,
+               LAZY_O_WAIT=False, PERSISTENT_CAUSAL=True)
+    fwd_sm90.CONFIGS = {**fwd_sm90.CONFIGS, 64: dict(fwd_sm90.CONFIGS[64], **two)}
+    fwd_sm90.CONFIGS_CAUSAL = {d: c for d, c in fwd_sm90.CONFIGS_CAUSAL.items() if d != 64}
+    fwd_sm90.CONFIGS_NONCAUSAL = {d: c for d, c in fwd_sm90.CONFIGS_NONCAUSAL.items() if d != 64}
+    SHAPES = [(2, 1024, 8, 64, False), (1, 300, 2, 64, True), (1, 256, 300, 64, False), (1, 384, 120, 64, True)]
 
 if sys.argv[1:] == ["bwd"]:
     for batch, seqlen, heads, heads_k, head_dim, causal, deterministic in BWD_SHAPES:
