@@ -67,6 +67,9 @@ VARIANTS = [
     (256, torch.float16, {"BWD": True, "HAS_RIGHT": True, "IS_VARLEN": True}),
     (256, torch.bfloat16, {"BWD": True, "HAS_SOFTCAP": True, "HAS_ALIBI": True, "HAS_LEFT": True}),
     (256, torch.bfloat16, {"BWD": True, "FUSED_DQ=0": True, "HAS_RIGHT": True}),
+    # a persistent causal grid's schedule table (PERSISTENT_CAUSAL, prepared, off): 44 bytes of spills under
+    # triton 3.6, as the causal kernel without the table
+    (128, torch.bfloat16, {"BWD": True, "HAS_RIGHT": True, "SCHEDULED": True, "MAY_SPILL": True}),
     # a persistent causal grid's schedule table (the default for dense causal calls)
     (128, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True, "SEPARATE_O=1": True,
                            "STAGES=2": True, "Q_STAGES=2": True, "LAZY_O_WAIT=1": True}),
@@ -798,6 +801,66 @@ def test_gluon_backward_grid_is_persistent_without_a_right_window_edge(head_dim,
         work_items = plan.gluon.launch.named["num_tiles"]
         assert work_items > sms, "the shape should hold more work items than SMs"
         assert plan.gluon.launch.grid[0] == (work_items if causal else sms)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("deterministic", [False, True], ids=["fused-dq", "deterministic"])
+def test_gluon_backward_on_a_scheduled_causal_grid(head_dim, deterministic, monkeypatch):
+    # PERSISTENT_CAUSAL: causal backward calls on a persistent grid, each program the items of its row of the
+    # host-made schedule, more items than SMs; against float64, with cut tiles, GQA and a window; MLA's 192/128 too
+    from flashattn2.kernels.sm90 import backward as bwd_sm90
+
+    for table in ("CONFIGS", "CONFIGS_DKDV", "CONFIGS_MLA"):
+        monkeypatch.setattr(bwd_sm90, table, {d: dict(c, PERSISTENT_CAUSAL=True)
+                                              for d, c in getattr(bwd_sm90, table).items()})
+    flashattn2.set_backend("gluon")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cases = [(3, 1100, 1300, 8, 2, head_dim, {"causal": True}), (2, 777, 777, 6, 6, head_dim, {"causal": True}),
+             (2, 900, 900, 4, 2, head_dim, {"window_size": (200, 0)})]
+    if head_dim == 128 and not deterministic:
+        cases.append((2, 1000, 1000, 16, 16, 192, {"causal": True}))  # MLA (value head dim 128 below)
+    for batch, seqlen_q, seqlen_k, nheads, nheads_k, dim, options in cases:
+        torch.manual_seed(seqlen_q + dim)
+        q = randn(batch, seqlen_q, nheads, dim, dtype=torch.bfloat16, requires_grad=True)
+        k = randn(batch, seqlen_k, nheads_k, dim, dtype=torch.bfloat16, requires_grad=True)
+        v = randn(batch, seqlen_k, nheads_k, 128 if dim == 192 else dim, dtype=torch.bfloat16, requires_grad=True)
+        out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, deterministic=deterministic, **options)
+        dout = randn(*out.shape, dtype=torch.bfloat16)
+        out.backward(dout)
+        plan = next(iter(backends._bwd_plans.values())).gluon
+        assert plan.schedule is not None and plan.launch.grid[0] == min(sms, plan.launch.named["num_tiles"])
+        check_attention(q, k, v, out, lse, (q.grad, k.grad, v.grad), dout, **options)
+        flashattn2.set_backend("gluon")  # one plan at a time for the lookup above
+
+
+def test_backward_schedule_costs_count_each_key_tiles_query_tiles():
+    # host-side: the scheduled backward's cost of an item (a key tile) is the query tiles the kernel's loop visits
+    # for it (q_range_for_kv_tile: every 64-row tile holding a row that sees one of its keys), per query head, plus
+    # one for the item; and the schedule holds every item once
+    import numpy as np
+
+    from flashattn2.kernels.device.tile_order import schedule_items, sectioned_items
+    from flashattn2.kernels.params import AttnOptions
+    from flashattn2.kernels.sm90.backward import causal_walk_costs
+
+    block_m, block_n, num_bh = 64, 128, 5
+    for seqlen_q, seqlen_k, window_left, section, group in ((300, 300, -1, 1, 1), (130, 400, -1, 3, 2),
+                                                             (400, 257, 100, 2, 4), (129, 129, 0, 1, 1)):
+        opts = AttnOptions(softmax_scale=1.0, window_left=window_left, window_right=0)
+        num_blocks = -(-seqlen_k // block_n)
+        costs = causal_walk_costs(num_blocks, num_bh, section, seqlen_q, seqlen_k, opts, block_m, block_n, group)
+        rows, diag = np.arange(seqlen_q)[:, None], seqlen_k - seqlen_q
+        for cost, block in zip(costs, sectioned_items(num_blocks, num_bh, section)[0], strict=True):
+            keys = np.arange(block * block_n, min(block * block_n + block_n, seqlen_k))[None, :]
+            sees = keys <= rows + diag
+            if window_left >= 0:
+                sees &= keys >= rows + diag - window_left
+            tiles = np.unique(np.nonzero(sees.any(axis=1))[0] // block_m)
+            assert cost == group * (tiles.max() - tiles.min() + 1 if len(tiles) else 0) + 1
+        table = schedule_items(costs, 7)
+        assert sorted(table[8:].tolist()) == list(range(len(costs)))
 
 
 @pytest.mark.gpu

@@ -7,6 +7,8 @@ see `longest_first`), long items start early and the grid ends on short ones, in
 longest item. section = 1 is one head's blocks after another's.
 """
 
+import heapq
+
 import numpy as np
 import triton
 import triton.language as tl
@@ -26,10 +28,30 @@ def sectioned_item(tile, num_blocks, num_bh, section):
 
 def sectioned_items(num_blocks: int, num_bh: int, section: int) -> tuple[np.ndarray, np.ndarray]:
     """sectioned_item for every tile at once, on the host: (block, batch x head index) arrays in walk order, for
-    the host's schedules (sm90/forward.py). tests/test_tile_order.py holds the two equal."""
+    the host's schedules (sm90/forward.py, sm90/backward.py). tests/test_tile_order.py holds the two equal."""
     tile = np.arange(num_blocks * num_bh)
     first_bh = tile // (section * num_blocks) * section
     heads = np.minimum(section, num_bh - first_bh)
     in_section = tile - first_bh * num_blocks
     block = in_section // heads
     return block, first_bh + in_section - block * heads
+
+
+# the most work items a plan schedules on the host (schedule_items: about 0.1 s per 131k items, once per plan)
+MAX_SCHEDULED_ITEMS = 1 << 20
+
+
+def schedule_items(costs: np.ndarray, programs: int) -> np.ndarray:
+    """Items 0..n-1 of a walk, each given to the program that would be free first if item i cost costs[i] (a
+    dynamic scheduler's order, longest-processing-time style, worked out once per plan on the host), as one int32
+    table: programs + 1 offsets, then every program's items in walk order."""
+    loads = [(0.0, p) for p in range(programs)]
+    owner = np.empty(len(costs), dtype=np.int64)
+    for i, cost in enumerate(costs.tolist()):
+        load, p = heapq.heappop(loads)
+        owner[i] = p
+        heapq.heappush(loads, (load + cost, p))
+    order = np.argsort(owner, kind="stable")  # by program, walk order within one
+    offsets = np.zeros(programs + 1, dtype=np.int64)
+    np.cumsum(np.bincount(owner, minlength=programs), out=offsets[1:])
+    return np.concatenate([offsets, order]).astype(np.int32)

@@ -18,12 +18,14 @@ buffer with one bulk (TMA) reduce-add per tile. Without it dQ comes from the por
 (portable/backward.py): the deterministic path, since reduce-adds land in any order.
 """
 
+import numpy as np
 import torch
 
 from ..common import LOG2E, cdiv, l2_section
 from ..device.block_range import q_range_for_kv_tile
 from ..device.scores import alibi_slope_of, score_tail
 from ..device.seqlen_info import ROW_COUNTS
+from ..device.tile_order import MAX_SCHEDULED_ITEMS, schedule_items, sectioned_items
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
@@ -96,6 +98,26 @@ CONFIGS_MLA = {(192, 128): dict(BLOCK_M=32, STAGES=3, FUSED_DQ=True, SPLIT_D=Fal
 # the 64-key items (_step_mla), kept to compare: as SPLIT_D's, Q and K as three 64-column buffers each, two Q/dO
 # stages (shared memory: K 24 KB, V 16, Q 48, dO 32, P and dS 32, dQ 48)
 CONFIGS_MLA_NARROW = {(192, 128): dict(CONFIGS_MLA[(192, 128)], BLOCK_M=64, STAGES=2, SPLIT_D=True, FREE_REGS=False)}
+# PERSISTENT_CAUSAL (a host tuning key, off everywhere; prepared, not yet measured): dense calls with a right window
+# edge (causal) on a persistent grid too, each program taking the items a host-made schedule gives it (the forward's
+# "scheduled" walk, which gained 3-27% there: forward.CONFIGS_CAUSAL), so that the producer loads an item's K and V
+# under the last one's dK/dV stores
+HOST_TUNING_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS")
+
+
+def causal_walk_costs(num_blocks: int, num_bh: int, section: int, seqlen_q: int, seqlen_k: int, opts: AttnOptions,
+                      block_m: int, block_n: int, group: int, item_cost: int = 1) -> np.ndarray:
+    """Each item's cost in the sectioned walk of a dense right-edged (causal) backward, in query-tile steps: its
+    query tiles (q_range_for_kv_tile's range) for each of the kv head's `group` query heads, plus item_cost for
+    the item's own prologue and epilogue."""
+    start = sectioned_items(num_blocks, num_bh, section)[0] * block_n  # the first key tiles see the most rows
+    diag = seqlen_k - seqlen_q
+    last_key = np.minimum(start + block_n, seqlen_k) - 1
+    m_lo = np.clip(start - diag - opts.window_right, 0, seqlen_q) // block_m * block_m
+    m_hi = np.full_like(m_lo, seqlen_q)
+    if opts.window_left >= 0:
+        m_hi = np.clip(last_key - diag + opts.window_left + 1, 0, seqlen_q)
+    return group * np.maximum(-(-(m_hi - m_lo) // block_m), 0) + item_cost
 
 
 @aggregate
@@ -195,7 +217,8 @@ def _producer(q_desc, k_desc, v_desc, do_desc, sm: BwdSmem, Lse, Delta, stride_l
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     it = 0  # Q/dO ring slot, counted across work items
     done = 0  # work items loaded, for the K/V barriers' phases
-    for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
+    first, last, step = grid.steps()
+    for tile in range(first, last, step):
         off_b, off_hk, start_n, q_row0, n_rows, k_row0, n_keys, item_m_lo, _, _, item_m_hi = _work_item(
             tile, grid, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:  # else a packed sequence shorter than the longest one
@@ -710,7 +733,8 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
     ov_layout: gl.constexpr = wgmma_layout(V_COLS)
     it = 0  # Q/dO ring slot, counted across work items as the producer counts it
     done = 0  # work items finished, for the K/V barriers' phases
-    for tile in range(gl.program_id(0), grid.num_tiles, gl.num_programs(0)):
+    first, last, step = grid.steps()
+    for tile in range(first, last, step):
         off_b, off_hk, start_n, q_start, n_rows, k_start, n_keys, m_lo, m_full_lo, m_full_hi, m_hi = _work_item(
             tile, grid, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:
@@ -801,7 +825,7 @@ def attention_bwd_sm90_kernel(
     QNum=None, QIndices=None, PartialIds=None, FullNum=None, FullIndices=None, MaskBits=None, stride_num=None,
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
     MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, MLA: gl.constexpr = False,
-    FREE_REGS: gl.constexpr = False,
+    FREE_REGS: gl.constexpr = False, Schedule=None,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
     portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
@@ -809,7 +833,8 @@ def attention_bwd_sm90_kernel(
     warpgroup), or with SPLIT_D of 64 (half the head dim per warpgroup). The work items are the (key tile,
     batch x kv head) pairs; program i takes items i, i + grid, ... (a persistent grid when the launch is
     smaller than the work: the producer then loads the next item's K and V while the consumers write the
-    last one's dK and dV). Descriptors as in forward.py. stride_dk, stride_dv: (batch, row, head) strides;
+    last one's dK and dV), or with a Schedule (a persistent causal grid) the items of its row of that table.
+    Descriptors as in forward.py. stride_dk, stride_dv: (batch, row, head) strides;
     stride_lse: Lse's and Delta's (batch, head).
 
     Block-sparse mode (QNum given; flex_attention): each key tile visits the query blocks of a BlockMask's q view
@@ -826,7 +851,7 @@ def attention_bwd_sm90_kernel(
     BLOCK_N: gl.constexpr = WG_M if SPLIT_D else 2 * WG_M
     dtype: gl.constexpr = q_desc.dtype
     grid = WorkGrid(gl.cdiv(seqlen_k, BLOCK_N), num_tiles, section, nheads_k, nheads // nheads_k, CuSeqlensQ,
-                    CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left, window_right)
+                    CuSeqlensK, seqlen_q, seqlen_k, total_q, total_k, window_left, window_right, Schedule)
     if QNum is None:
         lists = BlockLists(None, None, None, None, None, None, None, None, None, None, None, SPARSE_Q, SPARSE_KV,
                            True)
@@ -974,6 +999,7 @@ class Sm90Backward:
         mla = head_dim_v != head_dim
         tuning = dict(tuning_for(head_dim, opts, head_dim_v))
         persistent = tuning.pop("PERSISTENT")
+        persistent_causal = tuning.pop("PERSISTENT_CAUSAL", False)
         l2_share = tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
         free_regs = tuning.setdefault("FREE_REGS", False)
         self.fused_dq = tuning["FUSED_DQ"]
@@ -993,19 +1019,29 @@ class Sm90Backward:
         stride_dk, stride_dv = (row_strides(torch.empty(x.shape, device="meta"), opts.varlen) for x in (k, v))
         block_n = WG_M if tuning["SPLIT_D"] else 2 * WG_M  # keys per work item
         num_tiles = grid = cdiv(seqlen_k, block_n) * batch * nheads_k
-        if persistent and opts.window_right < 0 and not opts.varlen:
-            # one program per SM (the shared memory allows no second), each looping over equal work items;
-            # causal and packed items differ in cost, so those keep one program per item
+        # causal items differ in cost: a persistent grid for them takes a host-made schedule (PERSISTENT_CAUSAL),
+        # which a CUDA graph capture cannot copy to the GPU and packed batches cannot cost on the host
+        scheduled = (persistent and persistent_causal and opts.window_right >= 0 and not opts.varlen and
+                     0 < num_tiles <= MAX_SCHEDULED_ITEMS and
+                     not (q.is_cuda and torch.cuda.is_current_stream_capturing()))
+        if persistent and (opts.window_right < 0 and not opts.varlen or scheduled):
+            # one program per SM (the shared memory allows no second), each looping over work items: equal ones,
+            # or the schedule's; otherwise causal and packed items keep one program per item
             grid = min(num_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
         section = 1
-        if l2_share and grid == num_tiles:
+        if l2_share and (grid == num_tiles or scheduled):
             # a kv head's items stream its query heads' Q, dO (input dtype) and dQ (fp32) rows
             section = l2_section(nheads // nheads_k * seqlen_q * head_dim * (2 * q.element_size() + 4), q.device,
                                  l2_share)
+        self.schedule = None
+        if scheduled:
+            costs = causal_walk_costs(cdiv(seqlen_k, block_n), batch * nheads_k, section, seqlen_q, seqlen_k, opts,
+                                      tuning["BLOCK_M"], block_n, nheads // nheads_k)
+            self.schedule = torch.from_numpy(schedule_items(costs, grid)).to(q.device)
         named = dict(stride_dk=stride_dk, stride_dv=stride_dv, stride_lse=lse_strides(lse, opts.varlen),
                      nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
                      total_k=k.shape[0], softmax_scale=opts.softmax_scale, num_tiles=num_tiles, section=section,
-                     **opts.kernel_args(), **tuning)
+                     Schedule=self.schedule, **opts.kernel_args(), **tuning)
         self.launch = Launch(attention_bwd_sm90_kernel, (max(grid, 1), 1, 1), (), named, num_warps=4, num_stages=1,
                              options=dict(maxnreg=MAXNREG), compiling=free_registers if free_regs else None)
 
@@ -1027,23 +1063,29 @@ SPARSE_LISTS = ("QNum", "QIndices", "PartialIds", "FullNum", "FullIndices", "Mas
 def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_mod=None, head_dim_v: int | None = None,
                      **flags: bool):
     """forward.compile_for_sm90 for this kernel; FUSED_DQ=False compiles the deterministic dK/dV-only one,
-    BLOCK_SPARSE=True the block-sparse mode (score_mod: a score_mod.CompiledMod with it), head_dim_v (unlike
-    head_dim) the MLA variant."""
+    BLOCK_SPARSE=True the block-sparse mode (score_mod: a score_mod.CompiledMod with it), SCHEDULED=True a
+    persistent causal grid's schedule table, head_dim_v (unlike head_dim) the MLA variant."""
     fused = flags.get("FUSED_DQ", True)
     mla = head_dim_v not in (None, head_dim)
     config = CONFIGS_MLA[(head_dim, head_dim_v)] if mla else (CONFIGS if fused else CONFIGS_DKDV)[head_dim]
     constants = dict(dict(FREE_REGS=False), **config, HAS_LEFT=False, HAS_RIGHT=False, MLA=mla,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, SPARSE_Q=128, SPARSE_KV=128)
     block_sparse = flags.pop("BLOCK_SPARSE", False)
+    scheduled = flags.pop("SCHEDULED", False)
     if not block_sparse:
         constants.update(dict.fromkeys(SPARSE_LISTS + ("stride_num", "stride_idx")))
+    if not scheduled:
+        constants["Schedule"] = None
     constants.update(flags)
-    del constants["PERSISTENT"], constants["L2_SECTIONS"]  # launch-grid choices, not kernel flags
+    for key in HOST_TUNING_KEYS:  # launch-grid choices, not kernel flags
+        constants.pop(key, None)
     block_m = constants["BLOCK_M"]
     types = dict(Lse="*fp32", Delta="*fp32", dK="*DTYPE", dV="*DTYPE", CuSeqlensQ="*i32", CuSeqlensK="*i32",
                  AlibiSlopes="*fp32", qk_scale="fp32", softmax_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
     if block_sparse:
         types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
+    if scheduled:
+        types["Schedule"] = "*i32"
     mod_signature(score_mod, constants, types)
     descriptors = dict(q_desc=block_m, k_desc=64, v_desc=64, do_desc=block_m)
     if mla:

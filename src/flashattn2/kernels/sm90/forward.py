@@ -23,8 +23,6 @@ Masks, score transforms, block ranges and sequence bounds are the portable kerne
 helpers (they compile inside Gluon), so both backends share one definition of every option.
 """
 
-import heapq
-
 import numpy as np
 import torch
 
@@ -34,7 +32,7 @@ from ..device.block_range import kv_range_for_q_tile
 from ..device.scores import alibi_slope_of, fp8_scales, score_tail
 from ..device.seqlen_info import ROW_COUNTS
 from ..device.softmax import finalize, online_softmax_update
-from ..device.tile_order import sectioned_items
+from ..device.tile_order import MAX_SCHEDULED_ITEMS, schedule_items, sectioned_items
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
@@ -245,26 +243,6 @@ def grid_choice(tuning: dict, right_edge: bool, varlen: bool = False) -> tuple[b
     if not persistent:
         return False, "sections"
     return True, "scheduled" if right_edge else "heads"
-
-
-# the most work items a plan schedules on the host (schedule_items: about 0.1 s per 131k items, once per plan)
-MAX_SCHEDULED_ITEMS = 1 << 20
-
-
-def schedule_items(costs: np.ndarray, programs: int) -> np.ndarray:
-    """Items 0..n-1 of a walk, each given to the program that would be free first if item i cost costs[i] (a
-    dynamic scheduler's order, longest-processing-time style, worked out once per plan on the host), as one int32
-    table: programs + 1 offsets, then every program's items in walk order."""
-    loads = [(0.0, p) for p in range(programs)]
-    owner = np.empty(len(costs), dtype=np.int64)
-    for i, cost in enumerate(costs.tolist()):
-        load, p = heapq.heappop(loads)
-        owner[i] = p
-        heapq.heappush(loads, (load + cost, p))
-    order = np.argsort(owner, kind="stable")  # by program, walk order within one
-    offsets = np.zeros(programs + 1, dtype=np.int64)
-    np.cumsum(np.bincount(owner, minlength=programs), out=offsets[1:])
-    return np.concatenate([offsets, order]).astype(np.int32)
 
 
 def causal_walk_costs(num_blocks: int, num_bh: int, section: int, seqlen_q: int, seqlen_k: int, opts: AttnOptions,
