@@ -1017,7 +1017,8 @@ class Sm90Backward:
         if mla:
             tuning["MLA"] = True
         stride_dk, stride_dv = (row_strides(torch.empty(x.shape, device="meta"), opts.varlen) for x in (k, v))
-        block_n = WG_M if tuning["SPLIT_D"] else 2 * WG_M  # keys per work item
+        # keys per work item, a host int: numpy (the schedule's costs) takes no constexpr
+        block_n = WG_M.value if tuning["SPLIT_D"] else 2 * WG_M.value
         num_tiles = grid = cdiv(seqlen_k, block_n) * batch * nheads_k
         # causal items differ in cost: a persistent grid for them takes a host-made schedule (PERSISTENT_CAUSAL),
         # which a CUDA graph capture cannot copy to the GPU and packed batches cannot cost on the host
