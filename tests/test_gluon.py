@@ -789,8 +789,10 @@ def test_gluon_varlen_backward_sequence_without_keys(head_dim, gluon_backend):
 @hopper
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_gluon_backward_grid_is_persistent_without_a_right_window_edge(head_dim, gluon_backend):
+    # causal calls too where the tuning takes the scheduled grid (PERSISTENT_CAUSAL: d64, d128), with a schedule
     from flashattn2.kernels.params import AttnOptions
     from flashattn2.kernels.portable import forward
+    from flashattn2.kernels.sm90.backward import CONFIGS
 
     q, k, v, dout = (randn(4, 1500, 4, head_dim, dtype=torch.bfloat16) for _ in range(4))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -800,7 +802,9 @@ def test_gluon_backward_grid_is_persistent_without_a_right_window_edge(head_dim,
         plan = backends.backward_plan(dout, q, k, v, out, lse, opts)
         work_items = plan.gluon.launch.named["num_tiles"]
         assert work_items > sms, "the shape should hold more work items than SMs"
-        assert plan.gluon.launch.grid[0] == (work_items if causal else sms)
+        scheduled = causal and CONFIGS[head_dim].get("PERSISTENT_CAUSAL", False)
+        assert plan.gluon.launch.grid[0] == (work_items if causal and not scheduled else sms)
+        assert (plan.gluon.schedule is not None) == scheduled
 
 
 @pytest.mark.gpu
@@ -861,6 +865,19 @@ def test_backward_schedule_costs_count_each_key_tiles_query_tiles():
             assert cost == group * (tiles.max() - tiles.min() + 1 if len(tiles) else 0) + 1
         table = schedule_items(costs, 7)
         assert sorted(table[8:].tolist()) == list(range(len(costs)))
+
+
+def test_backward_takes_the_scheduled_causal_grid_where_it_measured_faster():
+    # host-side: PERSISTENT_CAUSAL by default where it was measured faster (fused dQ at head dims 64 and 128:
+    # +1-7% causal 1k-8k, H200 2026-11-27); not at 256 (unmeasured), MLA (level) or the dK/dV-only kernel
+    from flashattn2.kernels.params import AttnOptions
+    from flashattn2.kernels.sm90.backward import tuning_for
+
+    causal = AttnOptions(softmax_scale=1.0, window_right=0)
+    deterministic = AttnOptions(softmax_scale=1.0, window_right=0, deterministic=True)
+    assert [tuning_for(d, causal).get("PERSISTENT_CAUSAL", False) for d in (64, 128, 256)] == [True, True, False]
+    assert not any(tuning_for(d, deterministic).get("PERSISTENT_CAUSAL", False) for d in (64, 128, 256))
+    assert not tuning_for(192, causal, 128).get("PERSISTENT_CAUSAL", False)
 
 
 @pytest.mark.gpu

@@ -68,10 +68,12 @@ from .gluon_api import (
 # L2_SECTIONS (one program per item: causal, packed): items walk key tile by key tile over sections of heads whose
 # Q, dO and dQ fit in 1/L2_SECTIONS of L2, longest first (device/tile_order.py); 0: one head after another.
 # Causal, 1k-8k: d128 +0.5 to +5%, d64 (half of L2) 0 to +6%; d256 lost 5% at 1k and keeps 0 (2026-11-24).
+# PERSISTENT_CAUSAL: causal (right-edged) dense calls on the persistent grid with the host's schedule, kernel time
+# causal 1k-8k: d64 +2 to +7%, d128 +1 to +5% (H200, 2026-11-27)
 CONFIGS = {64: dict(BLOCK_M=128, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=True,
-                    COALESCED_DKV=True, L2_SECTIONS=2),
+                    COALESCED_DKV=True, L2_SECTIONS=2, PERSISTENT_CAUSAL=True),
            128: dict(BLOCK_M=64, STAGES=2, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False,
-                     COALESCED_DKV=True, L2_SECTIONS=1),
+                     COALESCED_DKV=True, L2_SECTIONS=1, PERSISTENT_CAUSAL=True),
            256: dict(BLOCK_M=64, STAGES=1, FUSED_DQ=True, SPLIT_D=True, PERSISTENT=True, DQ_ROWS=False,
                      COALESCED_DKV=False, L2_SECTIONS=0)}
 _DKDV = dict(FUSED_DQ=False, PERSISTENT=True, DQ_ROWS=False, COALESCED_DKV=False, L2_SECTIONS=0)
@@ -98,10 +100,10 @@ CONFIGS_MLA = {(192, 128): dict(BLOCK_M=32, STAGES=3, FUSED_DQ=True, SPLIT_D=Fal
 # the 64-key items (_step_mla), kept to compare: as SPLIT_D's, Q and K as three 64-column buffers each, two Q/dO
 # stages (shared memory: K 24 KB, V 16, Q 48, dO 32, P and dS 32, dQ 48)
 CONFIGS_MLA_NARROW = {(192, 128): dict(CONFIGS_MLA[(192, 128)], BLOCK_M=64, STAGES=2, SPLIT_D=True, FREE_REGS=False)}
-# PERSISTENT_CAUSAL (a host tuning key, off everywhere; prepared, not yet measured): dense calls with a right window
-# edge (causal) on a persistent grid too, each program taking the items a host-made schedule gives it (the forward's
-# "scheduled" walk, which gained 3-27% there: forward.CONFIGS_CAUSAL), so that the producer loads an item's K and V
-# under the last one's dK/dV stores
+# PERSISTENT_CAUSAL (a host tuning key; CONFIGS' d64 and d128): dense calls with a right window edge (causal) on a
+# persistent grid too, each program taking the items a host-made schedule gives it (the forward's "scheduled" walk),
+# so that the producer loads an item's K and V under the last one's dK/dV stores. MLA's 128-key items: -2.0% to
+# +1.4% at 2k-16k (H200, 2026-11-27), so off there
 HOST_TUNING_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS")
 
 

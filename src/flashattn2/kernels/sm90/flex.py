@@ -16,6 +16,7 @@ from ..common import cdiv, l2_section
 from ..launch import Launch
 from ..portable.flex import block_lists, row_deltas
 from .backward import CONFIGS as BWD_CONFIGS
+from .backward import HOST_TUNING_KEYS as BWD_HOST_TUNING_KEYS
 from .backward import MAXNREG as BWD_MAXNREG
 from .backward import attention_bwd_sm90_kernel, dq_block
 from .common import WG_M, descriptor, sm90_declines
@@ -130,7 +131,8 @@ def flex_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     dq_acc = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     delta = row_deltas(out, dout, dq_acc)  # (batch, heads, seqlen_q) like lse; dq_acc zeroed
     tuning = dict(BWD_CONFIGS[head_dim], **(MOD_BWD_TUNING.get(head_dim, {}) if mod is not None else {}))
-    del tuning["PERSISTENT"], tuning["L2_SECTIONS"]  # one program per item, in plain order
+    for key in BWD_HOST_TUNING_KEYS:  # one program per item, in plain order
+        tuning.pop(key, None)
     keys = int(WG_M) if tuning["SPLIT_D"] else 2 * int(WG_M)
     q_block, kv_block = [1, tuning["BLOCK_M"], 1, head_dim], [1, int(WG_M), 1, head_dim]
     dq_blk = dq_block(tuning, head_dim)
