@@ -146,6 +146,8 @@ def _run_varlen(seqlens_q, seqlens_k, nheads, nheads_k, head_dim, dtype, **kwarg
 ], ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "plain")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_varlen(kwargs, dtype):
+    if dtype == torch.float16 and DEVICE == "cpu" and kwargs not in ({}, {"causal": True}):
+        pytest.skip("the interpreter runs the options in bf16 only (CI time)")
     _seed("varlen", kwargs, dtype)
     kwargs = dict(kwargs)
     if "alibi_slopes" in kwargs:
