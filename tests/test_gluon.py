@@ -869,7 +869,7 @@ def test_backward_schedule_costs_count_each_key_tiles_query_tiles():
 
 def test_backward_takes_the_scheduled_causal_grid_where_it_measured_faster():
     # host-side: PERSISTENT_CAUSAL by default where it was measured faster (fused dQ at head dims 64 and 128:
-    # +1-7% causal 1k-8k, H200 2026-11-27); not at 256 (unmeasured), MLA (level) or the dK/dV-only kernel
+    # +1-7% causal 1k-8k, H200 2026-11-27); not at 256 or MLA (level there) or the dK/dV-only kernel
     from flashattn2.kernels.params import AttnOptions
     from flashattn2.kernels.sm90.backward import tuning_for
 
