@@ -357,8 +357,8 @@ def test_schedule_gives_every_item_once_and_balances_the_programs():
 
 def test_auto_backward_per_head_dim_length_and_determinism():
     # host-side, so it runs anywhere: the Gluon backward at head dims 64, 128 and 256 and MLA's 192/128 (H100 A/B
-    # in benchmarks/NOTES.md), except causal calls shorter than AUTO_CAUSAL_MIN_ROWS query rows and deterministic
-    # calls below head dim 256
+    # in benchmarks/NOTES.md), except causal calls shorter than AUTO_CAUSAL_MIN_ROWS query rows (dense: 512, where
+    # the scheduled grid measured 1.25x Triton; packed: 1024) and deterministic calls below head dim 256
     from flashattn2.kernels.params import AttnOptions
     from flashattn2.kernels.sm90.backward import AUTO_CAUSAL_MIN_ROWS, auto_declines
 
@@ -375,6 +375,11 @@ def test_auto_backward_per_head_dim_length_and_determinism():
     packed = AttnOptions(softmax_scale=1.0, window_right=0, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=300,
                          max_seqlen_k=300)
     assert "300 query rows" in auto_declines(torch.empty(600, 1, 128), packed)
+    assert min_rows == 512 and AUTO_CAUSAL_MIN_ROWS[64] == 512
+    cu = torch.tensor([0, 600, 1200], dtype=torch.int32)
+    packed = AttnOptions(softmax_scale=1.0, window_right=0, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=600,
+                         max_seqlen_k=600)
+    assert "600 query rows" in auto_declines(torch.empty(1200, 1, 64), packed)  # no schedule for packed calls
     deterministic = AttnOptions(softmax_scale=1.0, deterministic=True)
     assert "deterministic" in auto_declines(torch.empty(1, 4096, 1, 128), deterministic)
     assert auto_declines(torch.empty(1, 4096, 1, 256), deterministic) is None  # 1.2-1.3x Triton at 256

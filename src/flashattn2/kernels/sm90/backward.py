@@ -966,10 +966,13 @@ def can_implement(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
 # dims 64 and 128, 1k-16k tokens, causal or not; at 128 also fp16, softcap, ALiBi, a 4k window, packed
 # documents; at 256 1.4-1.9x, bf16; H100, 2026-11-24, benchmarks/NOTES.md)
 AUTO_HEAD_DIMS = (64, 128, 256)
-# except calls with a right window edge (causal) and fewer query rows than this, by head dim: at 512 the Triton
-# backward was 1.02-1.03x faster at head dims 64 and 128 (its programs hold few query tiles, so this kernel's
-# pipeline fill shows); at 256 this kernel was 1.21x faster (fp16, H100)
-AUTO_CAUSAL_MIN_ROWS = {64: 1024, 128: 1024, 256: 0}
+# except calls with a right window edge (causal) and fewer query rows than this, by head dim. Packed calls: at 512
+# the Triton backward was 1.02-1.03x faster at head dims 64 and 128 (its programs hold few query tiles, so this
+# kernel's pipeline fill shows); at 256 this kernel was 1.21x faster (fp16, H100). Dense calls take the scheduled
+# persistent grid (PERSISTENT_CAUSAL), which at 512 ran 1.25x / 1.26x the Triton backward at 64 / 128 (bf16, H200,
+# 2026-11-27); shorter ones were not measured
+AUTO_CAUSAL_MIN_ROWS = {64: 512, 128: 512, 256: 0}
+AUTO_CAUSAL_MIN_ROWS_PACKED = {64: 1024, 128: 1024, 256: 0}
 # deterministic calls (the dK/dV-only kernel with the Triton dQ pass) where that measured faster than the
 # Triton backward: 1.2-1.3x at head dim 256; at 64 0.93-0.96x, at 128 0.95-1.04x (H100)
 AUTO_DETERMINISTIC_HEAD_DIMS = (256,)
@@ -984,7 +987,8 @@ def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     if head_dim not in AUTO_HEAD_DIMS + AUTO_MLA_QUERY_DIMS:
         return f"head dim {head_dim}: not measured faster than the Triton backward (FLASHATTN2_BACKEND=gluon)"
     rows = opts.max_seqlen_q if opts.varlen else q.shape[1]
-    if opts.window_right >= 0 and rows < AUTO_CAUSAL_MIN_ROWS.get(head_dim, 0):
+    min_rows = AUTO_CAUSAL_MIN_ROWS_PACKED if opts.varlen else AUTO_CAUSAL_MIN_ROWS
+    if opts.window_right >= 0 and rows < min_rows.get(head_dim, 0):
         return f"a right window edge with {rows} query rows: the Triton backward is faster"
     if opts.deterministic and head_dim not in AUTO_DETERMINISTIC_HEAD_DIMS:
         return "deterministic: the Triton backward is as fast (FLASHATTN2_BACKEND=gluon takes this one)"
