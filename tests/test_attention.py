@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from flashattn2 import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
-from helpers import assert_bitwise_repeatable, check_attention, randn
+from helpers import ON_GPU, assert_bitwise_repeatable, check_attention, randn
 
 DTYPES = [torch.float16, torch.bfloat16]
 HEAD_DIMS = [32, 40, 64, 96, 128, 256]
@@ -54,6 +54,8 @@ def run_and_check(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, 
 
 @pytest.mark.parametrize("dtype,head_dim,causal,seqlens,heads,deterministic", list(_cases()))
 def test_attention_matches_reference(dtype, head_dim, causal, seqlens, heads, deterministic):
+    if dtype == torch.float16 and not ON_GPU and head_dim not in (64, 128):
+        pytest.skip("the interpreter runs head dims other than 64 and 128 in bf16 only (CI time)")
     torch.manual_seed(zlib.crc32(repr((dtype, head_dim, causal, seqlens, heads)).encode()))
     run_and_check(1, *seqlens, *heads, head_dim, dtype, causal, deterministic)
 
