@@ -22,7 +22,11 @@ def randn(*shape, dtype, device=DEVICE, requires_grad=False, generator=None) -> 
 def assert_close_to_ref(name: str, ours: torch.Tensor, ref: torch.Tensor, pt: torch.Tensor, factor: float,
                         where: torch.Tensor | None = None) -> None:
     assert ours.shape == ref.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(ref.shape)}"
-    assert not torch.isnan(ours).any(), f"{name}: NaN in output (an element was never written?)"
+    nan = torch.isnan(ours)
+    # where the NaN sit tells an unwritten tile (whole rows) from a bad operand (some columns)
+    assert not nan.any(), (f"{name}: {int(nan.sum())} of {nan.numel()} NaN in output (an element was never "
+                           f"written?), first at {nan.nonzero()[:4].tolist()}; the reference has "
+                           f"{int(torch.isnan(ref).sum())}")
     passed, err, pt_err = within_tolerance(ours, ref, pt, factor, ABS_FLOOR, where)
     assert passed, (
         f"{name}: max error {err:.3e} > {factor} x PyTorch's {pt_err:.3e} + {ABS_FLOOR}")
