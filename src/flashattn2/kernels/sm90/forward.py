@@ -721,7 +721,13 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: W
         tma_store_wait(0)  # the last item's O is out before the program ends
 
 
-@gluon.jit(do_not_specialize=ROW_COUNTS)
+# seqlen_q is never folded in: ptxas (CUDA 12.8) dies with SIGSEGV on FP8 kernels specialised to one query row together
+# with other folded ones (section = 1; or batch, heads and group 1 with section 2), found by fuzz seed 5 and the
+# 2026-11-27 FP8 loops; unfolded, every such combination compiles (NOTES.md)
+UNSPECIALIZED = ROW_COUNTS + ("seqlen_q",)
+
+
+@gluon.jit(do_not_specialize=UNSPECIALIZED)
 def attention_fwd_sm90_kernel(
     q_desc, k_desc, v_desc, o_desc, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, QDescale, KDescale, VDescale,
     Schedule, Sink, stride_o, stride_lse, stride_alibi_b,
@@ -893,7 +899,6 @@ class Sm90ForwardPlan:
             # a query head's items stream K and V, shared by the heads of its GQA group
             section = l2_section(seqlen_k * head_dim * 2 * q.element_size() * nheads_k // nheads, q.device,
                                  l2_share)
-        section = ptxas_safe_section(section, seqlen_q, fp8)
         self.schedule = None
         if walk == "scheduled" and items:
             costs = causal_walk_costs(cdiv(seqlen_q, block_m), batch * nheads, section, seqlen_q, seqlen_k, opts,
@@ -952,13 +957,6 @@ class Sm90ForwardPlan:
                     descriptor(k, self.kv_block, self.kv_layout), v_desc, o_desc, out, lse, cu_q, cu_k,
                     alibi, *descales, self.schedule, opts.learnable_sink)
         return out, lse, None
-
-
-def ptxas_safe_section(section: int, seqlen_q: int, fp8: bool) -> int:
-    """The section a launch passes. ptxas (CUDA 12.8 and 12.9) dies with SIGSEGV on the FP8 kernel specialised to
-    seqlen_q = 1 and section = 1 (Triton folds int arguments equal to 1; fuzz seed 5, cases 23909 and 24244), so
-    such calls pass 2: with a single query tile the sectioned walk visits the heads in the same order."""
-    return 2 if fp8 and seqlen_q == 1 and section == 1 else section
 
 
 # the block-sparse mode's list arguments (BlockLists)
