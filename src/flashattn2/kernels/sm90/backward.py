@@ -909,6 +909,7 @@ def attention_bwd_sm90_kernel(
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)
         mbarrier.init(p_ready.index(i), count=2)
+    fence_async_shared()  # the inits visible to the async proxy (TMA's complete-tx), as CUDA's TMA guide fences
 
     sm = BwdSmem(k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar, kv_empty,
                  q_ready, do_ready, empty, p_ready, ds_ready)

@@ -801,6 +801,7 @@ def attention_fwd_sm90_kernel(
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(kv_empty.index(i), count=CONSUMERS)
         mbarrier.init(kv_empty.index(STAGES + i), count=CONSUMERS)
+    fence_async_shared()  # the inits visible to the async proxy (TMA's complete-tx), as CUDA's TMA guide fences
 
     if SEPARATE_O and not (IS_VARLEN or IS_FP8 or QK_CHUNKS > 1):  # the others store O from registers
         o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, WG_M, 1, BLOCK_DV], o_desc.layout)

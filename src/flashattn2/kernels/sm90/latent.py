@@ -504,6 +504,7 @@ def latent_decode_kernel(
         for s in gl.static_range(2):
             mbarrier.init(m_bar.index(s), count=1)
         mbarrier.init(done, count=2)
+        fence_async_shared()  # the inits visible to the async proxy (TMA's complete-tx), as CUDA's TMA guide fences
         sm = LatentSmem(q_smem, q_tail, k_smem, k_tail, k_tail, alpha, stats, q_bar, kv_ready, kv_empty, p_ready,
                         done, done, m_x, m_bar)
     else:
@@ -524,6 +525,7 @@ def latent_decode_kernel(
         mbarrier.init(p_ready, count=1)
         mbarrier.init(p_free, count=VALUE_WGS)
         mbarrier.init(done, count=1)
+        fence_async_shared()  # the inits visible to the async proxy (TMA's complete-tx), as CUDA's TMA guide fences
         # m_x / m_bar: unused with one scores warpgroup
         sm = LatentSmem(q_smem, q_tail, k_smem, k_tail, p_smem, alpha, stats, q_bar, kv_ready, kv_empty, p_ready,
                         p_free, done, alpha, done)
