@@ -518,11 +518,18 @@ def test_gluon_forward_three_consumers(shape, free_regs, gluon_backend, monkeypa
     check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
 
 
+# CTAS_PER_SM=2's shapes: the d64 stress shapes and two causal ones with more items than programs
+TWO_PER_SM_SHAPES = [s for s in STRESS if s[5] == 64] + [(2, 1000, 1000, 4, 2, 64, {"causal": True}),
+                                                         (3, 512, 512, 8, 8, 64, {"causal": True})]
+
+
+def _shape_id(shape) -> str:
+    return "x".join(map(str, shape[:6])) + "-" + "-".join(shape[6])
+
+
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("shape", [s for s in STRESS if s[5] == 64] + [(2, 1000, 1000, 4, 2, 64, {"causal": True}),
-                                                                    (3, 512, 512, 8, 8, 64, {"causal": True})],
-                         ids=lambda s: "x".join(map(str, s[:6])) + "-" + "-".join(s[6]))
+@pytest.mark.parametrize("shape", TWO_PER_SM_SHAPES, ids=_shape_id)
 def test_gluon_forward_two_programs_per_sm(shape, gluon_backend, monkeypatch):
     # CTAS_PER_SM=2 (80 registers a thread, 64-key tiles): both grids (gluon_backend), causal calls on the
     # schedule over twice the SMs' programs, against float64; packed batches too
@@ -557,9 +564,7 @@ def _two_programs_per_sm(monkeypatch, fp8: bool) -> None:
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("shape", [s for s in STRESS if s[5] == 64] + [(2, 1000, 1000, 4, 2, 64, {"causal": True}),
-                                                                    (3, 512, 512, 8, 8, 64, {"causal": True})],
-                         ids=lambda s: "x".join(map(str, s[:6])) + "-" + "-".join(s[6]))
+@pytest.mark.parametrize("shape", TWO_PER_SM_SHAPES, ids=_shape_id)
 def test_gluon_fp8_forward_two_programs_per_sm(shape, gluon_backend, monkeypatch):
     from flashattn2 import quantize_fp8
 
