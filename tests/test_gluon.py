@@ -178,7 +178,7 @@ mods = dict(MOD_ALIBI=lambda score, b, h, q_idx, kv_idx: score + slopes[h] * (kv
             MOD_SOFTCAP=lambda score, b, h, q_idx, kv_idx: 30.0 * torch.tanh(score / 30.0))
 mod = next((compile_score_mod(mods[f], "cpu") for f in flags if f in mods), None)
 flags = dict(f.split("=") if "=" in f else (f, 1) for f in flags if f != "BWD" and f not in mods)
-flags = {k: bool(int(v)) if v in (1, "0", "1") and k.isupper() else int(v)  # STAGES=2, seqlen_q=1: numbers
+flags = {k: bool(int(v)) if v in (1, "0", "1") and k.isupper() else int(v)  # STAGES=2, section=1: numbers
          for k, v in flags.items()}
 open(out, "w").write(module.compile_for_sm90(head_dim, dtype, score_mod=mod, **flags).asm["ptx"])
 sys.stdout.write(get_ptxas(90).path)
