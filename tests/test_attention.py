@@ -17,7 +17,7 @@ DTYPES = [torch.float16, torch.bfloat16]
 HEAD_DIMS = [32, 40, 64, 96, 128, 256]
 # several key tiles with a cut last one; the interpreter (CPU CI) takes 129 rows, a quarter of the work of
 # 257 (whose deterministic cases took 12-57 s each there), and the GPU 257
-LONG = 257 if torch.cuda.is_available() else 129
+LONG = 257 if ON_GPU else 129
 SEQLENS = [(113, 203), (203, 113), (1, 17), (LONG, LONG), (17, 1), (1, 1)]
 # (nheads, nheads_k): MHA, GQA, MQA
 HEADS = [(4, 4), (6, 2), (3, 1)]
