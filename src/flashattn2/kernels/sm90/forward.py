@@ -723,7 +723,8 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: W
 
 # seqlen_q is never folded in: ptxas (CUDA 12.8) dies with SIGSEGV on FP8 kernels specialised to one query row together
 # with other folded ones (section = 1; or batch, heads and group 1 with section 2), found by fuzz seed 5 and the
-# 2026-11-27 FP8 loops; unfolded, every such combination compiles (NOTES.md)
+# 2026-11-27 FP8 loops; unfolded, every such combination compiles. Folded, the first FP8 one-row call after a bf16
+# one with CTAS_PER_SM=2 also gave an all-NaN output (3 of 3 processes; unfolded 0 of 4, NOTES.md)
 UNSPECIALIZED = ROW_COUNTS + ("seqlen_q",)
 
 
