@@ -97,13 +97,16 @@ def sinks(rows):
 
 def _mla_items(items: str) -> None:
     """The Gluon MLA backward's items: "128-key" (CONFIGS_MLA, the default), "64-key" (CONFIGS_MLA_NARROW) or
-    "128-key-scheduled" (CONFIGS_MLA with PERSISTENT_CAUSAL: causal calls on the scheduled persistent grid)."""
+    "128-key-scheduled" (CONFIGS_MLA with PERSISTENT_CAUSAL: causal calls on the scheduled persistent grid),
+    "128-key-one-slot" (CONFIGS_MLA without DQ_SPARE_SLOT)."""
     import flashattn2
     from flashattn2.kernels.sm90 import backward as bwd_sm90
 
     saved = _MLA_DEFAULTS.setdefault("configs", bwd_sm90.CONFIGS_MLA)
     scheduled = {dims: dict(config, PERSISTENT_CAUSAL=True) for dims, config in saved.items()}
-    bwd_sm90.CONFIGS_MLA = {"64-key": bwd_sm90.CONFIGS_MLA_NARROW, "128-key-scheduled": scheduled}.get(items, saved)
+    one_slot = {dims: dict(config, DQ_SPARE_SLOT=False) for dims, config in saved.items()}
+    bwd_sm90.CONFIGS_MLA = {"64-key": bwd_sm90.CONFIGS_MLA_NARROW, "128-key-scheduled": scheduled,
+                            "128-key-one-slot": one_slot}.get(items, saved)
     flashattn2.set_backend(flashattn2.get_backend())  # drops the plans made with the other tuning
 
 
@@ -237,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mla-items", default="128-key",
                         help="the Gluon MLA backward's items, comma-separated, each timed on each mla row: 128-key "
                         "(the default tuning, CONFIGS_MLA), 64-key (CONFIGS_MLA_NARROW), 128-key-scheduled "
-                        "(CONFIGS_MLA on the scheduled persistent causal grid)")
+                        "(CONFIGS_MLA on the scheduled persistent causal grid), 128-key-one-slot "
+                        "(without DQ_SPARE_SLOT)")
     parser.add_argument("--latent-backends", default="auto",
                         help="backends timed in turn on each latent row, comma-separated: auto, triton, gluon, or "
                         "gluon:VALUE_WGS=2 (a Gluon latent tuning over its defaults; several keys joined with +)")

@@ -91,16 +91,19 @@ def test_the_hopper_kernels_take_192_128_only_and_errors_name_the_problem():
 @pytest.mark.parametrize("causal,varlen,deterministic,long", [(False, False, False, False), (True, False, False, False),
                                                               (True, True, False, False), (True, False, True, False),
                                                               (True, False, False, True)])
-@pytest.mark.parametrize("items", ["64-key", "128-key"])
+@pytest.mark.parametrize("items", ["64-key", "128-key", "128-key-one-slot"])
 def test_gluon_unlike_value_head_dim(causal, varlen, deterministic, long, items, monkeypatch):
     # the Hopper forward and backward at 192/128 (Q and K in 64-column tiles): cut query and key tiles, GQA, packed
     # sequences, the deterministic backward (dK/dV kernel, dQ from the Triton kernel); long: more work items than
     # SMs, so that programs of the persistent grids take several; the backward's 128-key items (CONFIGS_MLA) and
-    # the 64-key ones kept to compare (CONFIGS_MLA_NARROW)
+    # the 64-key ones kept to compare (CONFIGS_MLA_NARROW); warpgroup 0's dQ chunks through one staging buffer or two
     from flashattn2.kernels.sm90 import backward as bwd_sm90
 
     if items == "64-key":
         monkeypatch.setattr(bwd_sm90, "CONFIGS_MLA", bwd_sm90.CONFIGS_MLA_NARROW)
+    else:  # warpgroup 0's dQ chunks through one staging buffer or two (DQ_SPARE_SLOT)
+        monkeypatch.setattr(bwd_sm90, "CONFIGS_MLA", {dims: dict(config, DQ_SPARE_SLOT=not items.endswith("one-slot"))
+                                                      for dims, config in bwd_sm90.CONFIGS_MLA.items()})
     torch.manual_seed(3)
     flashattn2.set_backend("gluon")  # drops plans made with the other tuning
     try:

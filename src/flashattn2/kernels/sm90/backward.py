@@ -90,16 +90,20 @@ CONSUMER_REGS = gl.constexpr(240)
 MLA_QK_DIM, MLA_CHUNK = gl.constexpr(192), gl.constexpr(64)
 # a value head dim unlike the query's (MLA's 192/128): 128-key items (_step_mla_wide). Each warpgroup holds dK's
 # three 64-column chunks and dV for its 64 keys (160 registers of accumulators), so the query tiles are 32 rows (dQ
-# as dQᵀ = Kᵀ dSᵀ) and the consumers take their setmaxnreg's 240 registers (FREE_REGS). sm_90 (triton 3.6): 177 KB
+# as dQᵀ = Kᵀ dSᵀ) and the consumers take their setmaxnreg's 240 registers (FREE_REGS). sm_90 (triton 3.6): 185 KB
 # of shared memory, 116 bytes of spill stores, all outside the query-tile loop (64-row tiles spilled 1.4 KB).
 # Against the 64-key items (CONFIGS_MLA_NARROW), whose step ncu showed L2-bound (93% of L2 throughput): half the
 # dQ reduce-adds and Q/dO reads per FLOP; backward 1.03-1.08x cuDNN's time causal at 2k-16k where they ran
 # 1.25-1.32x (bf16, H100, 2026-11-25, benchmarks/NOTES.md)
 CONFIGS_MLA = {(192, 128): dict(BLOCK_M=32, STAGES=3, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False,
-                                COALESCED_DKV=False, L2_SECTIONS=0, FREE_REGS=True)}
+                                COALESCED_DKV=False, L2_SECTIONS=0, FREE_REGS=True, DQ_SPARE_SLOT=True)}
+# DQ_SPARE_SLOT: a second dQ staging buffer for warpgroup 0, so that its chunk 1 need not wait for chunk 0's
+# reduce-add to read the first (ncu at 2k: that wait held warpgroup 0 in 8% of its samples); 8 KB more shared memory
+# (185 KB), no more traffic. Measured -1.6% to +0.2% backward time at 2k-16k over two runs (H200, 2026-11-27)
 # the 64-key items (_step_mla), kept to compare: as SPLIT_D's, Q and K as three 64-column buffers each, two Q/dO
 # stages (shared memory: K 24 KB, V 16, Q 48, dO 32, P and dS 32, dQ 48)
-CONFIGS_MLA_NARROW = {(192, 128): dict(CONFIGS_MLA[(192, 128)], BLOCK_M=64, STAGES=2, SPLIT_D=True, FREE_REGS=False)}
+CONFIGS_MLA_NARROW = {(192, 128): dict(CONFIGS_MLA[(192, 128)], BLOCK_M=64, STAGES=2, SPLIT_D=True, FREE_REGS=False,
+                                       DQ_SPARE_SLOT=False)}
 # PERSISTENT_CAUSAL (a host tuning key; CONFIGS' d64 and d128): dense calls with a right window edge (causal) on a
 # persistent grid too, each program taking the items a host-made schedule gives it (the forward's "scheduled" walk),
 # so that the producer loads an item's K and V under the last one's dK/dV stores. MLA's 128-key items: -2.0% to
@@ -575,21 +579,22 @@ def _dq_chunk(buf, c, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores, 
 
 
 @gluon.jit
-def _dq_chunk_t(buf, c, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores, WG: gl.constexpr,
-                BLOCK_M: gl.constexpr):
-    """_dq_chunk for query tiles of fewer than 64 rows (wgmma's M): dQᵀ = Kᵀ dSᵀ, stored transposed for the
-    reduce-add."""
+def _dq_chunk_t(buf, c, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores, SLOT: gl.constexpr,
+                BLOCK_M: gl.constexpr, PENDING: gl.constexpr = 0):
+    """_dq_chunk for query tiles of fewer than 64 rows (wgmma's M): dQᵀ = Kᵀ dSᵀ, stored transposed in staging
+    buffer SLOT for the reduce-add. PENDING: reduce-adds that may stay in flight (the older ones, this buffer's
+    last among them, have read their buffers)."""
     CH: gl.constexpr = MLA_QK_DIM // MLA_CHUNK
     dqt = gl.zeros([MLA_CHUNK, BLOCK_M], gl.float32, wgmma_layout(BLOCK_M))
     for h in gl.static_range(2):
         dqt = warpgroup_mma(sm.k.index(h * CH + c).reshape([WG_M, MLA_CHUNK]).permute([1, 0]),
                             sm.ds.index(2 * buf + h), dqt, use_acc=h > 0, is_async=True)
     dqt = warpgroup_mma_wait(0, deps=[dqt])
-    tma_store_wait(0)  # the last reduce-add has read the buffer
-    sm.dq.index(WG).permute([1, 0]).store(dqt * sc.softmax_scale)
+    tma_store_wait(PENDING)
+    sm.dq.index(SLOT).permute([1, 0]).store(dqt * sc.softmax_scale)
     fence_async_shared()
     tma_reduce_add(dq_desc, [tma_b, dq_row, dq_head, c * MLA_CHUNK],
-                   sm.dq.index(WG).reshape([1, BLOCK_M, 1, MLA_CHUNK]))
+                   sm.dq.index(SLOT).reshape([1, BLOCK_M, 1, MLA_CHUNK]))
 
 
 @gluon.jit
@@ -600,7 +605,7 @@ def _step_mla_wide(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b,
                    MASKED: gl.constexpr, FUSED_DQ: gl.constexpr):
     """_step at MLA's 192/128 with 128-key items (MLA without SPLIT_D; FREE_REGS for its registers): this
     warpgroup's 64 keys, Sᵀ over Q's and K's three 64-column buffers, dK as three [64, 64] accumulators (dk, a
-    tuple), dV at 128 columns; dQ in 64-column chunks, warpgroup w chunk w and, on steps of its parity, chunk 2.
+    tuple), dV at 128 columns; dQ in 64-column chunks, warpgroup 0 chunks 0 and 1 and warpgroup 1 chunk 2.
     It halves the dQ reduce-adds and the Q/dO reads per FLOP of the 64-key items, which the ncu profile showed
     L2-bound (benchmarks/NOTES.md)."""
     CH: gl.constexpr = MLA_QK_DIM // MLA_CHUNK
@@ -645,9 +650,13 @@ def _step_mla_wide(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b,
     mbarrier.arrive(sm.empty.index(stage), count=1)
     if FUSED_DQ:
         mbarrier.wait(sm.ds_ready.index(buf), ready_phase(it, 2))
-        # warpgroup 0 chunks 0 and 1, warpgroup 1 chunk 2 (a branch on the step's parity spilled the accumulators)
+        # warpgroup 0 chunks 0 and 1, warpgroup 1 chunk 2 (a branch on the step's parity spilled the accumulators;
+        # chunk 2 split by keys, a reduce-add from each warpgroup, ran 8-12% slower)
         for c in gl.static_range(2 * WG, 2 + WG):
-            if BLOCK_M < 64:
+            if BLOCK_M < 64 and sm.dq.shape[0] == 3:  # DQ_SPARE_SLOT: chunk 1 in slot 2, not waiting for chunk 0's
+                _dq_chunk_t(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, WG if c == 2 * WG else 2,
+                            BLOCK_M, 1 - WG)
+            elif BLOCK_M < 64:
                 _dq_chunk_t(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, WG, BLOCK_M)
             else:
                 _dq_chunk(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, WG, BLOCK_M)
@@ -827,7 +836,7 @@ def attention_bwd_sm90_kernel(
     QNum=None, QIndices=None, PartialIds=None, FullNum=None, FullIndices=None, MaskBits=None, stride_num=None,
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
     MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, MLA: gl.constexpr = False,
-    FREE_REGS: gl.constexpr = False, Schedule=None,
+    FREE_REGS: gl.constexpr = False, Schedule=None, DQ_SPARE_SLOT: gl.constexpr = False,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
     portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
@@ -886,7 +895,9 @@ def attention_bwd_sm90_kernel(
         # or (MLA) a buffer per 64-column chunk
         DQ_M: gl.constexpr = BLOCK_M // 2 if DQ_ROWS else BLOCK_M
         DQ_N: gl.constexpr = MLA_CHUNK if MLA else (BLOCK_D if DQ_ROWS else BLOCK_D // 2)
-        dq_smem = gl.allocate_shared_memory(gl.float32, [QK_CHUNKS if MLA and SPLIT_D else 2, DQ_M, DQ_N],
+        # (DQ_SPARE_SLOT: a third, _step_mla_wide reads it from their count)
+        DQ_BUFS: gl.constexpr = QK_CHUNKS if MLA and SPLIT_D else (3 if DQ_SPARE_SLOT else 2)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_BUFS, DQ_M, DQ_N],
                                             gl.NVMMASharedLayout.get_default_for([DQ_M, DQ_N], gl.float32))
     else:
         dq_smem = q_smem
@@ -1076,7 +1087,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     fused = flags.get("FUSED_DQ", True)
     mla = head_dim_v not in (None, head_dim)
     config = CONFIGS_MLA[(head_dim, head_dim_v)] if mla else (CONFIGS if fused else CONFIGS_DKDV)[head_dim]
-    constants = dict(dict(FREE_REGS=False), **config, HAS_LEFT=False, HAS_RIGHT=False, MLA=mla,
+    constants = dict(dict(FREE_REGS=False, DQ_SPARE_SLOT=False), **config, HAS_LEFT=False, HAS_RIGHT=False, MLA=mla,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, SPARSE_Q=128, SPARSE_KV=128)
     block_sparse = flags.pop("BLOCK_SPARSE", False)
     scheduled = flags.pop("SCHEDULED", False)
