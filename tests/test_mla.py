@@ -293,6 +293,23 @@ def test_latent_launch_registers():
         launch_registers(dict(LATENT_TUNING, SCORE_WGS=2))
 
 
+def test_latent_two_scores_warpgroups_by_keys_per_program():
+    # host-side rule (static shapes, no sync): two scores warpgroups (with two value warpgroups) from
+    # SPLIT_SCORES_FROM keys a program, where they measured faster (benchmarks/NOTES.md, twelfth session)
+    from flashattn2.kernels import backends
+
+    if not backends.GLUON_AVAILABLE:
+        pytest.skip("this Triton has no Gluon")
+    from flashattn2.kernels.sm90.latent import LATENT_TUNING, tuning_for
+
+    assert LATENT_TUNING["SPLIT_SCORES_FROM"] == 4096
+    for capacity, splits, two in ((4096, 1, True), (65536, 8, True), (4095, 1, False), (16384, 8, False),
+                                  (65536, 66, False)):
+        tuning = tuning_for(capacity, splits)
+        assert "SPLIT_SCORES_FROM" not in tuning  # a host key, not the kernel's
+        assert (tuning["SCORE_WGS"], tuning["VALUE_WGS"]) == ((2, 2) if two else (1, 4)), (capacity, splits)
+
+
 def test_auto_takes_the_gluon_latent_kernel():
     # host-side rule, so it runs anywhere: "auto" and "gluon" hand flash_attn_with_kvcache the Gluon latent attend
     # ("triton" never); "auto" from AUTO_MIN_KEYS cached key positions over the batch (H100 A/B in

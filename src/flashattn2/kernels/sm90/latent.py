@@ -12,8 +12,9 @@ the key cache's first 512 channels (one kv head, 64-128 query heads). FlashMLA's
 
 Per tile the scores warpgroup does 53% of the matmul work and each value warpgroup 12%; the tensor cores are the
 SM's, so what counts is that their issue overlaps: S of tile i + 1 runs under P V of tile i. FlashMLA splits O over
-two warpgroups of 128 registers' accumulators; here four of 64 by default (VALUE_WGS). SCORE_WGS=2 (prepared) gives
-the scores to two warpgroups on alternate tiles, so that one tile's softmax runs beside the next tile's S.
+two warpgroups of 128 registers' accumulators; here four of 64 (VALUE_WGS). SCORE_WGS=2 gives the scores to two
+warpgroups on alternate tiles, so that one tile's softmax runs beside the next tile's S; calls with many keys per
+program take it (tuning_for).
 
 The contract is kvcache_attention_kernel's for the calls `can_implement` takes; key rows of the last tile past the
 sequence (the cache's unwritten capacity may hold anything) are zeroed in shared memory before P V reads them, since
@@ -50,22 +51,36 @@ STAGES = gl.constexpr(2)  # key tiles in flight: Q 72 KB + 2 x 72 KB + P 8 KB of
 # within PTX's .maxnreg, the launch's cap (common.free_registers lifts it). Four of [64, 128] (64 registers of O a
 # thread): 20 warps (with the scores warpgroup, which also issues the loads) at 96 fill the 64K registers. Two of
 # [64, 256] (FlashMLA's split: one m64n256 wgmma a tile, 128 registers of O; 154 registers measured): 12 warps at
-# 168. VALUE_WGS is the launch's choice (LATENT_TUNING); 2 is prepared, not yet measured.
+# 168. VALUE_WGS is the launch's choice (LATENT_TUNING); 2 measured within 2-3% of 4 (NOTES.md).
 MAXNREG = {4: 96, 2: 168}
 # EARLY_LOAD: the scores warpgroup issues the load of tile i + 1 right after S_i's wgmmas (it waits for the value
 # warpgroups to free the stage while they run) instead of after S_i's softmax. ncu (H100, batch 64, 16k keys) had
 # it waiting for its key tile 17.5% of its time: with two stages the load of tile i + 1 went out only after tile
 # i's scores. Measured (H100, two runs, batch 8-64, 16k-64k keys): +3 to +10% on every row but one (batch 64, 64k
 # dense: -10% in one run, level in the other); 0.61-0.65 of the copy bandwidth from batch 8 at 64k keys.
-# SCORE_WGS=2 (with VALUE_WGS=2; prepared, not yet run): two scores warpgroups take alternate key tiles, each
-# with its own stage, so that S and the softmax of one tile run beside those of the next; they hand each other only
-# the running row maxima (m_x, m_bar). P goes into its stage's tail columns, dead once S is out (the value
-# warpgroups read the first 512), so no P buffer is needed: 16 warps, the launch's cap 128, and the partitions
+# SCORE_WGS=2 (with VALUE_WGS=2; tuning_for's choice from SPLIT_SCORES_FROM): two scores warpgroups take alternate
+# key tiles, each with its own stage, so that S and the softmax of one tile run beside those of the next; they hand
+# each other only the running row maxima (m_x, m_bar). P goes into its stage's tail columns, dead once S is out (the
+# value warpgroups read the first 512), so no P buffer is needed: 16 warps, the launch's cap 128, and the partitions
 # sized by setmaxnreg (common.free_registers): scores SPLIT_SCORE_REGS, values SPLIT_VALUE_REGS. sm_90 (triton
 # 3.6): no spills at 96 / 160 (scores at 88-112 spilled until Q's descriptors went through the loop's runtime zero;
 # values at 144-152 spilled), 104 HGMMA, 224 KB of shared memory.
-LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1)
+# SPLIT_SCORES_FROM (a host key): calls with this many keys per program (capacity / splits) or more take SCORE_WGS=2
+# with VALUE_WGS=2 (tuning_for). H200, two runs in both orders (2026-11-27): +2 to +28% at batch 64 (4k-64k keys,
+# one split) and at batch 8 with 64k keys (8k a split); -6% and -7% at batch 8 with 16k keys (2k a split); batch 1
+# launch-bound either way
+LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SPLIT_SCORES_FROM=4096)
+HOST_KEYS = ("SPLIT_SCORES_FROM",)
 SPLIT_SCORE_REGS, SPLIT_VALUE_REGS = gl.constexpr(96), gl.constexpr(160)
+
+
+def tuning_for(capacity: int, num_splits: int) -> dict:
+    """The kernel's constexprs for a call (LATENT_TUNING without its host keys): two scores warpgroups from
+    SPLIT_SCORES_FROM keys a program (static shapes only: no sync)."""
+    tuning = {k: v for k, v in LATENT_TUNING.items() if k not in HOST_KEYS}
+    if -(-capacity // max(num_splits, 1)) >= LATENT_TUNING["SPLIT_SCORES_FROM"]:
+        tuning.update(VALUE_WGS=2, SCORE_WGS=2)
+    return tuning
 
 
 def launch_registers(tuning: dict) -> tuple[int, bool]:
@@ -620,9 +635,10 @@ class LatentLaunch:
     def __init__(self, q: torch.Tensor, k_cache: torch.Tensor, block_table, cache_seqlens, cache_batch_idx, opts,
                  num_splits: int, o_strides: tuple, l_strides: tuple, flag_word: int) -> None:
         batch, seqlen_q, nheads, _ = q.shape
-        maxnreg, free_regs = launch_registers(LATENT_TUNING)
         paged = block_table is not None
         num_pages, page_size, capacity, cache_rows = cache_geometry(k_cache, block_table)
+        self.tuning = tuning_for(capacity, num_splits)
+        maxnreg, free_regs = launch_registers(self.tuning)
         self.q_block, self.k_block = [1, 1, int(HEADS), int(CHUNK)], [1, int(BLOCK_N), 1, int(CHUNK)]
         self.q_layout = shared_layout(self.q_block, q.dtype)
         self.k_layout = shared_layout(self.k_block, q.dtype)
@@ -632,7 +648,7 @@ class LatentLaunch:
                  nheads=nheads, seqlen_q=seqlen_q, capacity=capacity, cache_rows=cache_rows, num_pages=num_pages,
                  page_size=page_size, qk_scale=opts.kernel_args()["qk_scale"], NUM_SPLITS=num_splits,
                  HAS_RIGHT=opts.window_right >= 0, HAS_SEQLENS=cache_seqlens is not None,
-                 HAS_BATCH_IDX=cache_batch_idx is not None, PAGED=paged, FLAG_WORD=flag_word, **LATENT_TUNING),
+                 HAS_BATCH_IDX=cache_batch_idx is not None, PAGED=paged, FLAG_WORD=flag_word, **self.tuning),
             num_warps=4, num_stages=1, options=dict(maxnreg=maxnreg),
             compiling=free_registers if free_regs else None)
 
@@ -649,7 +665,7 @@ def compile_for_sm90(dtype: torch.dtype = torch.bfloat16, **flags):
     from .common import compile_gluon
 
     constants = dict(dict.fromkeys(("HAS_RIGHT", "HAS_SEQLENS", "HAS_BATCH_IDX", "PAGED"), False), NUM_SPLITS=1,
-                     FLAG_WORD=0, **LATENT_TUNING)
+                     FLAG_WORD=0, **tuning_for(0, 1))
     constants.update(flags)
     out = "*fp32" if constants["NUM_SPLITS"] > 1 else "*DTYPE"
     types = dict(Out=out, Lse="*fp32", Flag="*i32", CacheSeqlens="*i32", CacheBatchIdx="*i32", BlockTable="*i32",
