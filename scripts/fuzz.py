@@ -1,4 +1,5 @@
-"""Seeded random cases over the API against the float64 reference by flash_attn's rule (issue 30, first step).
+"""Seeded random cases over the API against the float64 reference by flash_attn's rule (issue 30, first step): FA2's,
+or FA3/FA4's with its rounding allowance (--rule, RULE below says why).
 
     python scripts/fuzz.py --mode valid --cases 200 --seed 0       # on a GPU (or TRITON_INTERPRET=1 on the CPU)
     python scripts/fuzz.py --mode invalid --cases 1000 --seed 0    # bad arguments: each must raise a named error
@@ -51,17 +52,32 @@ def _options(rng: random.Random, lrng: random.Random, seqlen_q: int, seqlen_k: i
     return opts
 
 
+# The verdict (--rule). "flash_attn": a check passes by flash_attn's rule of either generation: FA2's (FWD / BWD x
+# PyTorch's error + FLOOR, as tests/helpers.py) or FA3/FA4's (FA3_FACTOR x PyTorch's error + 2 roundings of
+# ref + 0.3 in the output's dtype, their hopper/ and cute/ tests' allowance for tiny outputs where PyTorch's max
+# error is a lucky fraction of an ulp). "fa2": FA2's alone. The failures FA2's rule alone left on the GPU (seeds 5-10)
+# were two classes, each within FA3/FA4's rule: head dim 1 (one channel: the max over 1-6 outputs makes a factor
+# rule a coin toss) and one-key sequences' exact-zero gradients (NOTES.md, twelfth session). Checks that pass by
+# FA3/FA4's rule alone are listed in LENIENT and counted at the end of a run.
+RULE = "flash_attn"
+FA3_FACTOR = 2.0
+LENIENT: list[str] = []
+
+
 def _check(name, ours, ref, pt, factor):
     passed, err, pt_err = within_tolerance(ours, ref, pt, factor, FLOOR)
-    if not passed or torch.isnan(ours).any():
-        # the project's rule fails; say whether FlashAttention-3/4's tests (and FA4's own fuzzer) would pass it:
-        # they add 2x the rounding of (ref + 0.3) in the output's dtype, an allowance for tiny cases where
-        # PyTorch's max error is a lucky fraction of an ulp
-        rd = ref.to(ours.dtype)
-        atol = 2 * (rd + 0.3 - 0.3 - rd).abs().max().item() if ref.numel() else 0.0
-        within = "yes" if err <= factor * pt_err + atol else "no"
-        raise AssertionError(f"{name}: error {err:.3e} > {factor} x PyTorch's {pt_err:.3e} + {FLOOR} "
-                             f"(within FA3/FA4's rounding allowance {atol:.1e}: {within})")
+    nan = bool(torch.isnan(ours).any())
+    if passed and not nan:
+        return
+    rd = ref.to(ours.dtype)
+    atol = 2 * (rd + 0.3 - 0.3 - rd).abs().max().item() if ref.numel() else 0.0
+    within = not nan and err <= FA3_FACTOR * pt_err + atol
+    message = (f"{name}: error {err:.3e} > {factor} x PyTorch's {pt_err:.3e} + {FLOOR} (within FA3/FA4's rule, "
+               f"{FA3_FACTOR} x + the rounding allowance {atol:.1e}: {'yes' if within else 'no'})")
+    if within and RULE == "flash_attn":
+        LENIENT.append(message)
+        return
+    raise AssertionError(message)
 
 
 def _references(reference, ins, dout, grads: bool):
@@ -581,13 +597,19 @@ def run_cases(seed: int, cases: int, mode: str, max_len: int, only: int | None =
             print(repro, flush=True)
         if DEVICE == "cuda":
             torch.cuda.reset_peak_memory_stats()
+        lenient = len(LENIENT)
         try:
             result = run()
+            if len(LENIENT) > lenient:
+                print("LENIENT", repro, "|", "; ".join(LENIENT[lenient:]), flush=True)
+                LENIENT[lenient:] = [f"{repro}: {'; '.join(LENIENT[lenient:])}"]
         except NAMED as e:
+            del LENIENT[lenient:]  # a failed case is a failure, whatever else it passed
             if mode != "invalid":
                 _fail(failures, f"{repro}: {type(e).__name__}: {e}")
             continue
         except Exception as e:  # noqa: BLE001 - every other error is a finding
+            del LENIENT[lenient:]
             _fail(failures, f"{repro}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
             continue
         if mode == "invalid":
@@ -621,8 +643,12 @@ def _fail(failures: list[str], line: str) -> None:
 
 
 def main() -> int:
+    global RULE
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=("valid", "invalid"), default="valid")
+    ap.add_argument("--rule", choices=("flash_attn", "fa2"), default=RULE,
+                    help="the pass rule: flash_attn's of either generation (FA2's, or FA3/FA4's with its rounding "
+                    "allowance), or FA2's alone")
     ap.add_argument("--cases", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-len", type=int, default=300 if DEVICE == "cpu" else 4096)
@@ -640,16 +666,18 @@ def main() -> int:
     if DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         print("no CUDA GPU: run with TRITON_INTERPRET=1 for the CPU interpreter", file=sys.stderr)
         return 2
+    RULE = args.rule
     shard = tuple(int(x) for x in args.shard.split("/"))
     if DEVICE == "cuda" and shard[1] > 1:
         # each shard its share of the GPU: one that needs more fails its own case (named), not its neighbours'
         torch.cuda.set_per_process_memory_fraction(0.9 / shard[1])
     failures, ran = run_cases(args.seed, args.cases, args.mode, args.max_len, args.only, args.verbose,
                               args.time_limit, args.progress, args.pool, shard, args.first, args.family)
-    print(f"{args.mode}: {ran} cases, {len(failures)} failures (seed {args.seed}, device {DEVICE})")
+    print(f"{args.mode}: {ran} cases, {len(failures)} failures by rule {RULE} (seed {args.seed}, device {DEVICE}); "
+          f"{len(LENIENT)} cases passed by FA3/FA4's rule alone")
     if failures:
-        # how many a looser reading would pass: FA3/FA4's allowance, or the Delta-from-rounded-out baseline
-        fa3 = sum("allowance" in f and f.split("allowance")[1].split(")")[0].endswith("yes") for f in failures)
+        # how many a looser reading would pass: FA3/FA4's rule, or the Delta-from-rounded-out baseline
+        fa3 = sum("FA3/FA4's rule" in f and f.split("allowance")[1].split(")")[0].endswith("yes") for f in failures)
         delta = sum("larger baseline: yes" in f for f in failures)
         print(f"of the failures: {fa3} within FA3/FA4's rounding allowance, {delta} within {BWD} x the "
               "Delta-from-rounded-out baseline")

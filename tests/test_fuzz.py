@@ -73,3 +73,27 @@ def test_kvcache_outputs_are_judged_by_flash_attn_kvcache_rule():
     wrong[0, 0, 0, 0] += 0.05
     with pytest.raises(AssertionError, match="out: error"):
         fuzz._compare("", wrong, (), (ref,), (pt,), fwd=fuzz.KVCACHE)
+
+
+def test_the_rule_is_flash_attn_of_either_generation(monkeypatch):
+    # an output one rounding off where PyTorch's is exact (head dim 1's coin toss): FA2's rule (2x PyTorch's error +
+    # 1e-5) fails it, FA3/FA4's (2x + 2 roundings of ref + 0.3) passes it and the case is listed as lenient; a wrong
+    # answer fails both, and --rule fa2 fails the first too
+    import pytest
+    import torch
+
+    ulp = 2.0 ** -13  # bf16's at 0.0302
+    pt = torch.tensor([[0.0302, -0.0078]]).to(torch.bfloat16)
+    ref = pt.double() + 0.05 * ulp  # PyTorch's error a twentieth of an ulp
+    ulp_off = pt.clone()
+    ulp_off[0, 0] += ulp
+    monkeypatch.setattr(fuzz, "LENIENT", [])
+    fuzz._compare("", ulp_off, (), (ref,), (pt,))
+    assert len(fuzz.LENIENT) == 1 and "FA3/FA4's rule" in fuzz.LENIENT[0]
+    wrong = pt.clone()
+    wrong[0, 0] += 0.05
+    with pytest.raises(AssertionError, match=r"out: error .*rounding allowance .*: no\)"):
+        fuzz._compare("", wrong, (), (ref,), (pt,))
+    monkeypatch.setattr(fuzz, "RULE", "fa2")
+    with pytest.raises(AssertionError, match=r"out: error .*: yes\)"):
+        fuzz._compare("", ulp_off, (), (ref,), (pt,))
