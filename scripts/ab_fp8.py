@@ -4,8 +4,10 @@
     PYTHONPATH=src python scripts/ab_fp8.py --tag B --out DIR
     python scripts/ab_fp8.py --summary DIR   # each shape's runs, and each tag's mean over A's
 
---set KEY=VALUE (repeatable) overrides that key of every Gluon FP8 tuning (fwd_sm90.CONFIGS_FP8); --bf16 times
-the bf16 forward on the same grid instead (--set then overrides fwd_sm90.CONFIGS), for changes both kernels share.
+--set KEY=VALUE (repeatable) overrides that key of every Gluon FP8 tuning (fwd_sm90.CONFIGS_FP8); --set-causal
+KEY=VALUE that of every causal call's changes (CONFIGS_FP8_CAUSAL), which apply over CONFIGS_FP8; --bf16 times the
+bf16 forward on the same grid instead (--set then overrides fwd_sm90.CONFIGS, --set-causal CONFIGS_CAUSAL), for
+changes both kernels share. FLASHATTN2_BACKEND=gluon keeps the calls that "auto" would give Triton on Gluon.
 """
 
 import argparse
@@ -25,6 +27,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--summary", type=Path)
     parser.add_argument("--set", action="append", default=[])
+    parser.add_argument("--set-causal", action="append", default=[])
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--seqlens", type=int, nargs="+", default=[4096, 8192, 16384])
     parser.add_argument("--bf16", action="store_true")
@@ -33,10 +36,12 @@ def main() -> None:
         return summary(args.summary, "bf16" if args.bf16 else "fp8")
     from flashattn2.kernels.sm90 import forward as fwd_sm90
 
-    for item in args.set:
-        key, value = item.split("=")
-        for tuning in (fwd_sm90.CONFIGS if args.bf16 else fwd_sm90.CONFIGS_FP8).values():
-            tuning[key] = int(value)
+    for items, table in ((args.set, "CONFIGS" if args.bf16 else "CONFIGS_FP8"),
+                         (args.set_causal, "CONFIGS_CAUSAL" if args.bf16 else "CONFIGS_FP8_CAUSAL")):
+        for item in items:
+            key, value = item.split("=")
+            for tuning in getattr(fwd_sm90, table).values():
+                tuning[key] = int(value)
     rows = []
     for head_dim in args.head_dims:
         for causal in (False, True):
