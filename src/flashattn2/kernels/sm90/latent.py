@@ -23,7 +23,7 @@ P = 0 does not clear a NaN."""
 import torch
 
 from .. import common
-from ..common import runs_sm90a
+from ..common import cdiv, runs_sm90a
 from ..launch import Launch
 from ..portable.kvcache import cache_geometry, cache_sequence
 from ..tma import tma_usable
@@ -78,7 +78,7 @@ def tuning_for(capacity: int, num_splits: int) -> dict:
     """The kernel's constexprs for a call (LATENT_TUNING without its host keys): two scores warpgroups from
     SPLIT_SCORES_FROM keys a program (static shapes only: no sync)."""
     tuning = {k: v for k, v in LATENT_TUNING.items() if k not in HOST_KEYS}
-    if -(-capacity // max(num_splits, 1)) >= LATENT_TUNING["SPLIT_SCORES_FROM"]:
+    if cdiv(capacity, num_splits) >= LATENT_TUNING["SPLIT_SCORES_FROM"]:
         tuning.update(VALUE_WGS=2, SCORE_WGS=2)
     return tuning
 
