@@ -8,7 +8,8 @@ Each row times one call next to its baseline in the same run (median ms, forward
           SDPA's cuDNN backend on the same tensors (target: at least 1.0x), and ours at 128/128 for scale
   latent  MLA decoding over one latent cache (query/key 576, value 512 as a view of the key cache's first
           channels, 1 KV head, 128 query heads, one new token), batch 1-64, 4k-64k cache, dense and paged (page
-          64): the cache's bytes read once / time against the copy bandwidth of the same run (target: 80%)
+          64): the cache's bytes read once / time against the copy bandwidth of the same run (target: 80%),
+          and against the bound that the same run's bf16 matmul rate sets (128 heads: 242 FLOP a cache byte)
 Writes <out-dir>/<stem>_sinks_mla.json and .md.
 """
 
@@ -150,12 +151,21 @@ def mla(rows, items=("128-key",)):
 
 def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65536), heads=128):
     from bench_decode import copy_bandwidth, paged
+    from bench_fp8 import matmul_rates
     from flashattn2 import flash_attn_with_kvcache
 
     copy = copy_bandwidth()
-    print(f"latent copy bandwidth {copy:.0f} GB/s", flush=True)
+    matmul = matmul_rates()["bf16_tflops"]
+    # FLOP per cache byte: with 128 heads (242) past H200's matmul/copy ratio, the call is bound by the tensor cores
+    intensity = heads * (576 + 512) * 2 / (576 * 2)
+    bound = min(copy, matmul * 1e3 / intensity)
+    print(f"latent copy bandwidth {copy:.0f} GB/s, bf16 matmul {matmul:.0f} TFLOP/s: bound {bound:.0f} GB/s",
+          flush=True)
     rows.append({"group": "latent", "variant": "device-to-device copy", "fwd_ms": None, "bwd_ms": None,
                  "gbps": copy})
+    rows.append({"group": "latent", "variant": f"bf16 matmul 8192^3 ({matmul:.0f} TFLOP/s) / {intensity:.0f} FLOP "
+                 "a cache byte", "fwd_ms": None, "bwd_ms": None, "gbps": matmul * 1e3 / intensity,
+                 "fwd_tflops": matmul})
     for batch in batches:
         for cache in caches:
             kv = _rand(batch, cache, 1, 576, grad=False)
@@ -176,10 +186,10 @@ def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65
                     tag = "" if backends == ("auto",) else f", {backend}"
                     row = {"group": "latent", "variant": f"576/512, {heads} heads, batch {batch}, cache {cache}, "
                            f"{layout}{tag}", "fwd_ms": ms, "bwd_ms": None, "gbps": gbps, "of_copy": gbps / copy,
-                           "fwd_tflops": tflops}
+                           "of_bound": gbps / bound, "fwd_tflops": tflops}
                     rows.append(row)
                     print(f"latent {row['variant']:58s} {ms:8.3f} ms  {gbps:7.0f} GB/s  {gbps / copy:.2f} of copy  "
-                          f"{tflops:5.0f} TFLOP/s", flush=True)
+                          f"{tflops:5.0f} TFLOP/s  {gbps / bound:.2f} of bound", flush=True)
             _latent_backend("auto")
 
 
@@ -224,10 +234,11 @@ def write(rows, meta, out_dir: Path, stem: str) -> list[Path]:
               f"{f(r.get('bwd_tflops'), '.0f')} |" for r in rows]
     if bw:
         lines += ["", "Latent-cache decoding: the cache's bytes (batch x cache x 576 x 2) / time, against the copy "
-                  "bandwidth (bytes read + written / time) of the same run.", "",
-                  "| variant | ms | GB/s | of copy |", "|---|---:|---:|---:|"]
-        lines += [f"| {r['variant']} | {f(r['fwd_ms'], '.3f')} | {r['gbps']:.0f} | {f(r.get('of_copy'), '.2f')} |"
-                  for r in bw]
+                  "bandwidth (bytes read + written / time) of the same run, and against the bound: the lower of "
+                  "the copy bandwidth and the same run's bf16 matmul rate over the call's FLOP per cache byte.", "",
+                  "| variant | ms | GB/s | of copy | TFLOP/s | of bound |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['variant']} | {f(r['fwd_ms'], '.3f')} | {r['gbps']:.0f} | {f(r.get('of_copy'), '.2f')} | "
+                  f"{f(r.get('fwd_tflops'), '.0f')} | {f(r.get('of_bound'), '.2f')} |" for r in bw]
     paths[1].write_text("\n".join(lines) + "\n")
     return paths
 

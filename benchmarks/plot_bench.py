@@ -172,11 +172,18 @@ def write_feature_plot(path: str | Path, rows: Sequence[Mapping[str, Any]], devi
 
 
 def write_bandwidth_plot(path: str | Path, rows: Sequence[Mapping[str, Any]], device: str) -> Path:
-    """Rows that read a cache (bench_sinks_mla.py's latent group): GB/s as a fraction of the same run's copy."""
+    """Rows that read a cache (bench_sinks_mla.py's latent group): GB/s as a fraction of the same run's copy, and
+    of the bound (the copy or the same run's matmul rate over the call's FLOP per byte) where the row has it."""
     rows = [r for r in rows if r.get("of_copy") is not None]
     fig, ax = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
     ys = range(len(rows))
-    ax.barh(list(ys), [r["of_copy"] for r in rows][::-1], height=0.6)
+    bound = any(r.get("of_bound") is not None for r in rows)
+    height = 0.35 if bound else 0.6
+    ax.barh([y + (height / 2 if bound else 0) for y in ys], [r["of_copy"] for r in rows][::-1], height=height,
+            label="of copy")
+    if bound:
+        ax.barh([y - height / 2 for y in ys], [r.get("of_bound") or 0 for r in rows][::-1], height=height,
+                label="of bound (copy or matmul)")
     ax.set_yticks(list(ys), [r["variant"] for r in rows][::-1], fontsize=8)
     ax.axvline(0.8, color="gray", linestyle="--", label="target: 0.8 of copy")
     ax.set_xlabel("bytes read / time, fraction of the device-to-device copy (higher is better)")
