@@ -97,3 +97,30 @@ def test_the_rule_is_flash_attn_of_either_generation(monkeypatch):
     monkeypatch.setattr(fuzz, "RULE", "fa2")
     with pytest.raises(AssertionError, match=r"out: error .*: yes\)"):
         fuzz._compare("", ulp_off, (), (ref,), (pt,))
+
+
+def test_a_flex_check_passes_within_the_factor_of_pytorchs_flexattention(monkeypatch):
+    # flex_attention's gradients: PyTorch's own FlexAttention in the input dtype is the other "PyTorch doing the same
+    # math" (its Delta from the rounded out too); a gradient within 3x of its error passes, listed as lenient; one
+    # past both fails, naming both errors; --rule fa2 does not ask the peer
+    import pytest
+    import torch
+
+    gen = torch.Generator().manual_seed(5)
+    ref = [torch.randn(2, 3, 4, 8, generator=gen, dtype=torch.float64) for _ in range(4)]
+    noise = [torch.randn(2, 3, 4, 8, generator=gen, dtype=torch.float64) for _ in range(4)]
+    pt = [r + 1e-4 * n for r, n in zip(ref, noise, strict=True)]  # PyTorch eager, close
+    ours = [r + 2e-3 * n for r, n in zip(ref, noise, strict=True)]
+    ours[0] = pt[0]  # the output passes; the gradients are 20x PyTorch eager's error
+    peer_off = [r + 1e-3 * n for r, n in zip(ref, noise, strict=True)]  # the peer's error half of ours
+    peer_close = pt
+    monkeypatch.setattr(fuzz, "LENIENT", [])
+    fuzz._compare("", ours[0], ours[1:], ref, pt, peer=lambda: peer_off)
+    assert len(fuzz.LENIENT) == 3 and all("FlexAttention: error" in m and "yes" in m for m in fuzz.LENIENT)
+    with pytest.raises(AssertionError, match=r"dq: error .*FlexAttention: error .*within 3.0 x: no\)"):
+        fuzz._compare("", ours[0], ours[1:], ref, pt, peer=lambda: peer_close)
+    asked = []
+    monkeypatch.setattr(fuzz, "RULE", "fa2")
+    with pytest.raises(AssertionError, match=r"dq: error"):
+        fuzz._compare("", ours[0], ours[1:], ref, pt, peer=lambda: asked.append(1) or peer_off)
+    assert not asked
