@@ -8,6 +8,11 @@ read before (issue 30), so that a log of thousands of reports becomes a short ta
 Patterns:
 - `ws-state`: written at the kernel's `def` line by lane 31 of a default-partition warp and read there by a worker
   warp: the state word of Triton's warp-specialisation dispatch, ordered by a named barrier racecheck does not pair;
+- `ws-exit`: written at an `mbarrier.invalidate` line by a default-partition thread after the `warp_specialize`
+  region and read at the kernel's `def` line by a worker warp: Triton 3.6 keeps that dispatch state at the base of
+  shared memory, live only while a region starts, so a barrier allocated there may alias it; the default warps
+  invalidate it, store the exit state and meet the workers at the same named barrier (`bar.sync 1`, all threads)
+  before the workers read the state, as in `ws-state`;
 - `ordered`: a (write line, read line) pair given with --ordered, i.e. one the kernel orders through an mbarrier
   (racecheck does not model mbarrier waits; ConSan, scripts/consan_gluon.py, does);
 - `unexplained`: everything else, to read against the kernel's barrier protocol.
@@ -54,11 +59,25 @@ def is_def_line(where: str, src: Path) -> bool:
     return False
 
 
+def source_line(where: str, src: Path) -> str:
+    """The text of file.py:N (found under src), or ''."""
+    name, line = where.rsplit(":", 1)
+    for path in src.rglob(name):
+        text = path.read_text().splitlines()
+        if 0 < int(line) <= len(text):
+            return text[int(line) - 1]
+    return ""
+
+
 def classify(report, ordered: set, src: Path) -> str:
     (w_thread, _, w_line), (r_thread, _, r_line) = report["write"], report["read"]
     # lane 31 of a default-partition warp writes, a worker warp's lane reads, both at the kernel's def line
     if w_line == r_line and w_thread % 32 == 31 and r_thread >= 128 and is_def_line(w_line, src):
         return "ws-state"
+    # a default-partition thread invalidates a barrier aliasing the state the worker then reads (see ws-exit)
+    if (w_thread < 128 <= r_thread and is_def_line(r_line, src)
+            and "mbarrier.invalidate(" in source_line(w_line, src)):
+        return "ws-exit"
     if (w_line, r_line) in ordered:
         return "ordered"
     return "unexplained"

@@ -1,5 +1,6 @@
-"""scripts/racecheck_triage.py on a made-up racecheck log: the dispatch state word, an mbarrier-ordered pair and an
-unexplained report each land in their own group, and only the last fails the run."""
+"""scripts/racecheck_triage.py on a made-up racecheck log: the dispatch state word, a barrier invalidated over it
+after the region, an mbarrier-ordered pair and an unexplained report each land in their own group, and only the last
+fails the run."""
 
 import os
 import sys
@@ -17,9 +18,15 @@ LOG = """========= COMPUTE-SANITIZER
 ========= Error: Potential WAR hazard detected at __shared__ 0x38000 in block (1,0,0) :
 =========     Write Thread (40,0,0) at k_kernel+0x100 in k.py:6
 =========     Read Thread (130,0,0) at k_kernel+0x200 in k.py:5
-========= RACECHECK SUMMARY: 3 hazards displayed (3 errors, 0 warnings)
+========= Error: Potential RAW hazard detected at __shared__ 0x386d8 in block (0,1,0) :
+=========     Write Thread (0,0,0) at k_kernel+0xb000 in k.py:7
+=========     Read Thread (256,0,0) at k_kernel+0xd0 in k.py:3
+========= Error: Potential RAW hazard detected at __shared__ 0x386d8 in block (0,1,0) :
+=========     Write Thread (0,0,0) at k_kernel+0xb100 in k.py:5
+=========     Read Thread (256,0,0) at k_kernel+0xd0 in k.py:3
+========= RACECHECK SUMMARY: 5 hazards displayed (5 errors, 0 warnings)
 """
-SOURCE = "import x\n\ndef k_kernel(a):\n    pass\n    store\n    load\n"
+SOURCE = "import x\n\ndef k_kernel(a):\n    pass\n    store\n    load\n    mbarrier.invalidate(bar)\n"
 
 
 def _run(tmp_path, capsys, *extra):
@@ -36,9 +43,12 @@ def test_triage_groups_and_fails_on_unexplained_reports(tmp_path, capsys):
     assert "ws-state     RAW write k.py:3" in out
     assert "ordered      RAW write k.py:5" in out
     assert "unexplained  WAR write k.py:6" in out
-    assert "3 reports parsed, 3 errors" in out
+    assert "ws-exit      RAW write k.py:7" in out
+    assert "unexplained  RAW write k.py:5" in out  # a plain store over the state is not explained
+    assert "5 reports parsed, 5 errors" in out
 
 
 def test_triage_passes_when_every_report_is_explained(tmp_path, capsys):
-    rc, out = _run(tmp_path, capsys, "--ordered", "k.py:5,k.py:6", "--ordered", "k.py:6,k.py:5")
+    rc, out = _run(tmp_path, capsys, "--ordered", "k.py:5,k.py:6", "--ordered", "k.py:6,k.py:5",
+                   "--ordered", "k.py:5,k.py:3")
     assert rc == 0 and "unexplained" not in out
