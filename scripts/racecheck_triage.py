@@ -8,11 +8,11 @@ read before (issue 30), so that a log of thousands of reports becomes a short ta
 Patterns:
 - `ws-state`: written at the kernel's `def` line by lane 31 of a default-partition warp and read there by a worker
   warp: the state word of Triton's warp-specialisation dispatch, ordered by a named barrier racecheck does not pair;
-- `ws-exit`: written at an `mbarrier.invalidate` line by a default-partition thread after the `warp_specialize`
-  region and read at the kernel's `def` line by a worker warp: Triton 3.6 keeps that dispatch state at the base of
-  shared memory, live only while a region starts, so a barrier allocated there may alias it; the default warps
-  invalidate it, store the exit state and meet the workers at the same named barrier (`bar.sync 1`, all threads)
-  before the workers read the state, as in `ws-state`;
+- `ws-exit`: written at an `mbarrier.invalidate` line (or the `for` line of its unrolled loop) by a
+  default-partition thread after the `warp_specialize` region, and read at the kernel's `def` line by a worker
+  warp: Triton 3.6 keeps that dispatch state at the base of shared memory, live only while a region starts, so a
+  barrier allocated there may alias it; the default warps invalidate it, store the exit state and meet the workers
+  at the same named barrier (`bar.sync 1`, all threads) before the workers read the state, as in `ws-state`;
 - `ordered`: a (write line, read line) pair given with --ordered, i.e. one the kernel orders through an mbarrier
   (racecheck does not model mbarrier waits; ConSan, scripts/consan_gluon.py, does);
 - `unexplained`: everything else, to read against the kernel's barrier protocol.
@@ -49,24 +49,25 @@ def parse(lines):
     return reports
 
 
+def source_lines(where: str, src: Path, count: int = 1) -> list[list[str]]:
+    """Lines N.. N + count - 1 of file.py:N in each file of that name under src (a log names the file, not its
+    folder)."""
+    name, line = where.rsplit(":", 1)
+    texts = (path.read_text().splitlines() for path in src.rglob(name))
+    return [text[int(line) - 1:int(line) - 1 + count] for text in texts if 0 < int(line) <= len(text)]
+
+
 def is_def_line(where: str, src: Path) -> bool:
     """Whether file.py:N (found under src) is a `def` line: where Triton attributes its dispatch state."""
-    name, line = where.rsplit(":", 1)
-    for path in src.rglob(name):
-        text = path.read_text().splitlines()
-        if 0 < int(line) <= len(text) and text[int(line) - 1].lstrip().startswith("def "):
-            return True
-    return False
+    return any(lines[0].lstrip().startswith("def ") for lines in source_lines(where, src))
 
 
-def source_line(where: str, src: Path) -> str:
-    """The text of file.py:N (found under src), or ''."""
-    name, line = where.rsplit(":", 1)
-    for path in src.rglob(name):
-        text = path.read_text().splitlines()
-        if 0 < int(line) <= len(text):
-            return text[int(line) - 1]
-    return ""
+def invalidates(where: str, src: Path) -> bool:
+    """Whether file.py:N invalidates an mbarrier, itself or as the `for` line of an unrolled loop that does (the
+    line racecheck names for the loop's body)."""
+    calls = "mbarrier.invalidate("
+    return any(calls in lines[0] or (lines[0].lstrip().startswith("for ") and calls in "".join(lines[1:]))
+               for lines in source_lines(where, src, 2))
 
 
 def classify(report, ordered: set, src: Path) -> str:
@@ -76,7 +77,7 @@ def classify(report, ordered: set, src: Path) -> str:
         return "ws-state"
     # a default-partition thread invalidates a barrier aliasing the state the worker then reads (see ws-exit)
     if (w_thread < 128 <= r_thread and is_def_line(r_line, src)
-            and "mbarrier.invalidate(" in source_line(w_line, src)):
+            and invalidates(w_line, src)):
         return "ws-exit"
     if (w_line, r_line) in ordered:
         return "ordered"

@@ -26,7 +26,8 @@ LOG = """========= COMPUTE-SANITIZER
 =========     Read Thread (256,0,0) at k_kernel+0xd0 in k.py:3
 ========= RACECHECK SUMMARY: 5 hazards displayed (5 errors, 0 warnings)
 """
-SOURCE = "import x\n\ndef k_kernel(a):\n    pass\n    store\n    load\n    mbarrier.invalidate(bar)\n"
+SOURCE = ("import x\n\ndef k_kernel(a):\n    pass\n    store\n    load\n    for i in range(2):\n"
+          "        mbarrier.invalidate(bar.index(i))\n")
 
 
 def _run(tmp_path, capsys, *extra):
