@@ -652,12 +652,11 @@ def _step_mla_wide(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b,
         mbarrier.wait(sm.ds_ready.index(buf), ready_phase(it, 2))
         # warpgroup 0 chunks 0 and 1, warpgroup 1 chunk 2 (a branch on the step's parity spilled the accumulators;
         # chunk 2 split by keys, a reduce-add from each warpgroup, ran 8-12% slower)
+        SPARE: gl.constexpr = sm.dq.shape[0] == 3  # DQ_SPARE_SLOT: chunk 1 in slot 2, not waiting for chunk 0's
         for c in gl.static_range(2 * WG, 2 + WG):
-            if BLOCK_M < 64 and sm.dq.shape[0] == 3:  # DQ_SPARE_SLOT: chunk 1 in slot 2, not waiting for chunk 0's
-                _dq_chunk_t(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, WG if c == 2 * WG else 2,
-                            BLOCK_M, 1 - WG)
-            elif BLOCK_M < 64:
-                _dq_chunk_t(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, WG, BLOCK_M)
+            if BLOCK_M < 64:
+                _dq_chunk_t(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc,
+                            2 if SPARE and c != 2 * WG else WG, BLOCK_M, 1 - WG if SPARE else 0)
             else:
                 _dq_chunk(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, WG, BLOCK_M)
     return (dk0, dk1, dk2), dv
