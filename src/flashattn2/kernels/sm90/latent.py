@@ -665,7 +665,7 @@ def compile_for_sm90(dtype: torch.dtype = torch.bfloat16, **flags):
     from .common import compile_gluon
 
     constants = dict(dict.fromkeys(("HAS_RIGHT", "HAS_SEQLENS", "HAS_BATCH_IDX", "PAGED"), False), NUM_SPLITS=1,
-                     FLAG_WORD=0, **tuning_for(0, 1))
+                     FLAG_WORD=0, **tuning_for(capacity=0, num_splits=1))  # the defaults: one scores warpgroup
     constants.update(flags)
     out = "*fp32" if constants["NUM_SPLITS"] > 1 else "*DTYPE"
     types = dict(Out=out, Lse="*fp32", Flag="*i32", CacheSeqlens="*i32", CacheBatchIdx="*i32", BlockTable="*i32",
