@@ -676,30 +676,6 @@ def test_gluon_fp8_forward_stress(shape, gluon_backend):
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("stages", [2, 3])
-@pytest.mark.parametrize("shape", [s for s in STRESS if s[5] == 128 and s[6].get("causal")]
-                         + [(2, 1000, 1000, 4, 2, 128, {"causal": True})],
-                         ids=lambda s: "x".join(map(str, s[:6])) + "-" + "-".join(s[6]))
-def test_gluon_fp8_causal_with_the_bf16_causal_tuning(stages, shape, gluon_backend, monkeypatch):
-    # prepared for issue 29's A/B (benchmarks/NOTES.md, twelfth session): FP8 causal d128 with bf16's causal keys,
-    # O apart and the lazy O wait, at 2 or 3 stages, on the scheduled grid of CONFIGS_FP8_CAUSAL
-    from flashattn2 import quantize_fp8
-    from flashattn2.kernels.sm90 import forward as fwd_sm90
-
-    tuning = dict(fwd_sm90.CONFIGS_FP8_CAUSAL[128], SEPARATE_O=True, LAZY_O_WAIT=True, STAGES=stages)
-    monkeypatch.setattr(fwd_sm90, "CONFIGS_FP8_CAUSAL", {**fwd_sm90.CONFIGS_FP8_CAUSAL, 128: tuning})
-    flashattn2.set_backend("gluon")  # drops plans made with the other tuning
-    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
-    q8, k8, v8, *descales = quantize_fp8(q, k, v)
-    out, lse, _ = flash_attn_func(q8, k8, v8, return_attn_probs=True, q_descale=descales[0], k_descale=descales[1],
-                                  v_descale=descales[2], **options)
-    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
-    assert plan.attend.named["SEPARATE_O"] and plan.attend.named["STAGES"] == stages and plan.attend.named["IS_FP8"]
-    _fp8_check(q8, k8, v8, descales, out, lse, **options)
-
-
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("causal", [False, True])
 def test_fp8_varlen_takes_the_triton_kernel(causal, gluon_backend):
     from flashattn2 import quantize_fp8
