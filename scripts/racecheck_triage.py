@@ -13,6 +13,12 @@ Patterns:
   warp: Triton 3.6 keeps that dispatch state at the base of shared memory, live only while a region starts, so a
   barrier allocated there may alias it; the default warps invalidate it, store the exit state and meet the workers
   at the same named barrier (`bar.sync 1`, all threads) before the workers read the state, as in `ws-state`;
+- `handoff`: one warpgroup stores a shared-memory buffer (`sm.NAME...store(`) and another loads it
+  (`sm.NAME...load(`), and the same mbarrier orders the two accesses: arrived on within HANDOFF_LINES lines after the
+  first access (RAW: the store; WAR: the load) and waited on within HANDOFF_LINES lines before the second. Triton
+  lowers the arrive to `bar.sync` over the warpgroup, then one thread's `mbarrier.arrive`, and each reading thread
+  waits itself: ordered under PTX's memory model (the arrive's release is cumulative over the barrier), a pairing
+  racecheck does not make; ConSan (scripts/consan_gluon.py), which models mbarriers, checks these kernels;
 - `ordered`: a (write line, read line) pair given with --ordered, i.e. one the kernel orders through an mbarrier
   (racecheck does not model mbarrier waits; ConSan, scripts/consan_gluon.py, does);
 - `unexplained`: everything else, to read against the kernel's barrier protocol.
@@ -29,6 +35,9 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 HAZARD = re.compile(r"Potential (\w+) hazard detected at __shared__ (0x[0-9a-f]+)")
 ACCESS = re.compile(r"(Write|Read) Thread \((\d+),\d+,\d+\) at (\S+?)\+0x[0-9a-f]+ in (\S+:\d+)")
 SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards displayed \((\d+) errors")
+BUFFER = re.compile(r"\b(sm\.\w+)\b[^=]*?\.(store|load)\(")
+BARRIER = re.compile(r"mbarrier\.(arrive|wait)\((sm\.\w+)")
+HANDOFF_LINES = 5  # how far from an access its mbarrier arrive or wait may sit (a fence, a wgmma between)
 
 
 def parse(lines):
@@ -70,6 +79,36 @@ def invalidates(where: str, src: Path) -> bool:
                for lines in source_lines(where, src, 2))
 
 
+def _barriers(where: str, src: Path, op: str, after: bool) -> set:
+    """The mbarriers (sm.NAME) that the HANDOFF_LINES lines after (or before) file.py:N `op` ("arrive", "wait")."""
+    name, line = where.rsplit(":", 1)
+    n = int(line)
+    first = n + 1 if after else max(n - HANDOFF_LINES, 1)
+    found = set()
+    for lines in source_lines(f"{name}:{first}", src, HANDOFF_LINES if after else n - first):
+        found |= {m.group(2) for text in lines for m in BARRIER.finditer(text) if m.group(1) == op}
+    return found
+
+
+def _access(where: str, src: Path):
+    """(buffer, "store" | "load") of the shared-memory access at file.py:N, or None."""
+    for lines in source_lines(where, src):
+        m = BUFFER.search(lines[0])
+        if m:
+            return m.group(1), m.group(2)
+    return None
+
+
+def is_handoff(kind: str, w_line: str, r_line: str, src: Path) -> bool:
+    """Whether a store and a load of one buffer are ordered by an mbarrier arrived after the first and waited on
+    before the second (see `handoff`)."""
+    w, r = _access(w_line, src), _access(r_line, src)
+    if not w or not r or w != (r[0], "store") or r[1] != "load":
+        return False
+    first, second = (w_line, r_line) if kind == "RAW" else (r_line, w_line)
+    return bool(_barriers(first, src, "arrive", True) & _barriers(second, src, "wait", False))
+
+
 def classify(report, ordered: set, src: Path) -> str:
     (w_thread, _, w_line), (r_thread, _, r_line) = report["write"], report["read"]
     # lane 31 of a default-partition warp writes, a worker warp's lane reads, both at the kernel's def line
@@ -79,6 +118,8 @@ def classify(report, ordered: set, src: Path) -> str:
     if (w_thread < 128 <= r_thread and is_def_line(r_line, src)
             and invalidates(w_line, src)):
         return "ws-exit"
+    if w_thread // 128 != r_thread // 128 and is_handoff(report["kind"], w_line, r_line, src):
+        return "handoff"
     if (w_line, r_line) in ordered:
         return "ordered"
     return "unexplained"

@@ -53,3 +53,59 @@ def test_triage_passes_when_every_report_is_explained(tmp_path, capsys):
     rc, out = _run(tmp_path, capsys, "--ordered", "k.py:5,k.py:6", "--ordered", "k.py:6,k.py:5",
                    "--ordered", "k.py:5,k.py:3")
     assert rc == 0 and "unexplained" not in out
+
+
+HANDOFF_SOURCE = """def k_kernel(a):
+    pass
+    mbarrier.wait(sm.free, 0)
+    sm.alpha.store(x)
+    fence_async_shared()
+    mbarrier.arrive(sm.ready, count=1)
+    sm.beta.store(x)
+    mbarrier.wait(sm.ready, 0)
+    y = sm.alpha.load(layout)
+    z = sm.beta.load(layout)
+    mbarrier.arrive(sm.free, count=1)
+"""
+
+
+def _triage(tmp_path, capsys, log):
+    (tmp_path / "src").mkdir(exist_ok=True)
+    (tmp_path / "src" / "k.py").write_text(HANDOFF_SOURCE)
+    (tmp_path / "race.log").write_text(log)
+    rc = racecheck_triage.main([str(tmp_path / "race.log"), "--src", str(tmp_path / "src")])
+    return rc, capsys.readouterr().out
+
+
+def _report(kind, w_thread, w_line, r_thread, r_line):
+    return (f"========= Error: Potential {kind} hazard detected at __shared__ 0x100 in block (0,0,0) :\n"
+            f"=========     Write Thread ({w_thread},0,0) at k_kernel+0x10 in k.py:{w_line}\n"
+            f"=========     Read Thread ({r_thread},0,0) at k_kernel+0x20 in k.py:{r_line}\n")
+
+
+def test_triage_handoff_needs_one_mbarrier_between_two_warpgroups(tmp_path, capsys):
+    # alpha: stored, `ready` arrived; `ready` waited, loaded (RAW); loaded, `free` arrived; `free` waited, stored (WAR)
+    rc, out = _triage(tmp_path, capsys, _report("RAW", 5, 4, 130, 9) + _report("WAR", 5, 4, 130, 9))
+    assert rc == 0 and "handoff      RAW write k.py:4" in out and "handoff      WAR write k.py:4" in out
+    # beta is stored after the arrive: nothing orders its load
+    rc, out = _triage(tmp_path, capsys, _report("RAW", 5, 7, 130, 10))
+    assert rc == 1 and "unexplained  RAW write k.py:7" in out
+    # one warpgroup on both sides: a barrier of its own would order it, not the mbarrier
+    rc, out = _triage(tmp_path, capsys, _report("RAW", 5, 4, 6, 9))
+    assert rc == 1 and "unexplained" in out
+
+
+def test_triage_handoff_holds_on_the_latent_kernels_buffers():
+    src = racecheck_triage.SRC
+    text = (src / "flashattn2" / "kernels" / "sm90" / "latent.py").read_text().splitlines()
+
+    def line(code):
+        (n,) = [i + 1 for i, t in enumerate(text) if t.strip().startswith(code)]
+        return f"latent.py:{n}"
+
+    alpha_w, alpha_r = line("sm.alpha.store("), line("alpha = sm.alpha.load(")
+    stats_w, stats_r = line("sm.stats.store("), line("l_i = sm.stats.load(")
+    assert racecheck_triage.is_handoff("RAW", alpha_w, alpha_r, src)
+    assert racecheck_triage.is_handoff("WAR", alpha_w, alpha_r, src)
+    assert racecheck_triage.is_handoff("RAW", stats_w, stats_r, src)
+    assert not racecheck_triage.is_handoff("RAW", alpha_w, stats_r, src)  # two buffers
