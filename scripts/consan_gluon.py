@@ -1,10 +1,10 @@
 """Triton's concurrency sanitizer (ConSan) over the Gluon forward and backward kernels on a few shapes: it
 instruments every shared-memory access, barrier and async copy and stops the kernel on a race or a barrier misuse.
-Run on an sm_90 GPU: python scripts/consan_gluon.py [bwd | latent [KEY=VALUE+...] | persistent | two | fp8] (bwd: the
-backward alone, its forward on Triton; latent: the latent-cache decoding kernel, with a LATENT_TUNING over its defaults
-such as VALUE_WGS=2+SCORE_WGS=2; persistent: only the forward shape whose programs loop
-over several work items, the slowest under ConSan; two: d64 forwards with two programs per SM, CTAS_PER_SM=2; fp8:
-FP8 forwards on the persistent grid)"""
+Run on an sm_90 GPU: python scripts/consan_gluon.py [bwd [N] | latent [KEY=VALUE+...] | persistent | two | fp8 [N]]
+(bwd: the backward alone, its forward on Triton; latent: the latent-cache decoding kernel, with a LATENT_TUNING over its
+defaults such as VALUE_WGS=2+SCORE_WGS=2; persistent: only the forward shape whose programs loop over several work
+items, the slowest under ConSan; two: d64 forwards with two programs per SM, CTAS_PER_SM=2; fp8: FP8 forwards on the
+persistent grid; N: only that shape of bwd's or fp8's list, so that shapes can run side by side)"""
 
 import os
 import sys
@@ -38,6 +38,9 @@ BWD_SHAPES = [
     (2, 130, 2, 2, 64, False, False),
     (1, 200, 2, 2, 128, True, True),
 ]
+
+# "bwd N" / "fp8 N": only shape N of the mode's list, so that its shapes can run side by side
+ONLY = [int(sys.argv[2])] if len(sys.argv) > 2 and sys.argv[1] in ("bwd", "fp8") else None
 
 if sys.argv[1:2] == ["latent"]:
     from flashattn2 import flash_attn_with_kvcache
@@ -73,7 +76,7 @@ if sys.argv[1:2] == ["fp8"]:
         setattr(fwd_sm90, name, {d: dict(c, PERSISTENT=True) for d, c in getattr(fwd_sm90, name).items()})
     fp8_shapes = ((1, 1, 1, 1, 64, False), (2, 1, 727, 4, 64, False), (2, 300, 77, 4, 64, True),
                   (1, 256, 256, 160, 128, False))
-    for batch, seqlen_q, seqlen_k, heads, head_dim, causal in fp8_shapes:
+    for batch, seqlen_q, seqlen_k, heads, head_dim, causal in [fp8_shapes[i] for i in ONLY or range(len(fp8_shapes))]:
         torch.manual_seed(0)
         q = torch.randn(batch, seqlen_q, heads, head_dim, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(batch, seqlen_k, heads, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -104,8 +107,9 @@ if sys.argv[1:] == ["two"]:
     fwd_sm90.CONFIGS_NONCAUSAL = {d: c for d, c in fwd_sm90.CONFIGS_NONCAUSAL.items() if d != 64}
     SHAPES = [(2, 1024, 8, 64, False), (1, 300, 2, 64, True), (1, 256, 300, 64, False), (1, 384, 120, 64, True)]
 
-if sys.argv[1:] == ["bwd"]:
-    for batch, seqlen, heads, heads_k, head_dim, causal, deterministic in BWD_SHAPES:
+if sys.argv[1:2] == ["bwd"]:
+    for batch, seqlen, heads, heads_k, head_dim, causal, deterministic in [BWD_SHAPES[i] for i in
+                                                                           ONLY or range(len(BWD_SHAPES))]:
         torch.manual_seed(0)
         q = torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         k, v = (torch.randn(batch, seqlen, heads_k, head_dim, device="cuda", dtype=torch.bfloat16,
