@@ -4,7 +4,8 @@ Run on an sm_90 GPU: python scripts/consan_gluon.py [bwd [N] | latent [KEY=VALUE
 (bwd: the backward alone, its forward on Triton; latent: the latent-cache decoding kernel, with a LATENT_TUNING over its
 defaults such as VALUE_WGS=2+SCORE_WGS=2; persistent: only the forward shape whose programs loop over several work
 items, the slowest under ConSan; two: d64 forwards with two programs per SM, CTAS_PER_SM=2; fp8: FP8 forwards on the
-persistent grid; N: only that shape of bwd's or fp8's list, so that shapes can run side by side)"""
+persistent grid; N: only that shape of bwd's or fp8's list, so that shapes can run side by side; mla, sinks-mla, flex:
+scripts/sanitize.py's family of that name)"""
 
 import os
 import sys
@@ -38,6 +39,20 @@ BWD_SHAPES = [
     (2, 130, 2, 2, 64, False, False),
     (1, 200, 2, 2, 128, True, True),
 ]
+
+# the families of scripts/sanitize.py that run Gluon kernels no mode above reaches: the 192/128 forward and
+# backward (128-key items), with a learnable sink, and flex_attention's block-sparse mode; each checks its result
+# against the float64 reference
+FAMILIES = {"mla": "mla_gluon", "sinks-mla": "sinks_mla", "flex": "flex"}
+if sys.argv[1:2] and sys.argv[1] in FAMILIES:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import sanitize  # noqa: E402
+
+    torch.manual_seed(0)
+    getattr(sanitize, FAMILIES[sys.argv[1]])()
+    torch.cuda.synchronize()
+    print(f"consan clean ({sys.argv[1]}: scripts/sanitize.py's {FAMILIES[sys.argv[1]]})", flush=True)
+    sys.exit(0)
 
 # "bwd N" / "fp8 N": only shape N of the mode's list, so that its shapes can run side by side
 ONLY = [int(sys.argv[2])] if len(sys.argv) > 2 and sys.argv[1] in ("bwd", "fp8") else None
