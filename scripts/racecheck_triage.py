@@ -80,7 +80,8 @@ def invalidates(where: str, src: Path) -> bool:
 
 
 def _barriers(where: str, src: Path, op: str, after: bool) -> set:
-    """The mbarriers (sm.NAME) that the HANDOFF_LINES lines after (or before) file.py:N `op` ("arrive", "wait")."""
+    """The mbarriers (sm.NAME) that the HANDOFF_LINES lines after (or before) file.py:N arrive on or wait on (op
+    "arrive" or "wait")."""
     name, line = where.rsplit(":", 1)
     n = int(line)
     first = n + 1 if after else max(n - HANDOFF_LINES, 1)
