@@ -8,32 +8,25 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import racecheck_triage  # noqa: E402
 
-LOG = """========= COMPUTE-SANITIZER
-========= Error: Potential RAW hazard detected at __shared__ 0x386de in block (0,2,0) :
-=========     Write Thread (31,0,0) at k_kernel+0xa270 in k.py:3
-=========     Read Thread (576,0,0) at k_kernel+0xd0 in k.py:3
-========= Error: Potential RAW hazard detected at __shared__ 0x38440 in block (0,2,0) :
-=========     Write Thread (35,0,0) at k_kernel+0x11e20 in k.py:5
-=========     Read Thread (416,0,0) at k_kernel+0x3050 in k.py:6
-========= Error: Potential WAR hazard detected at __shared__ 0x38000 in block (1,0,0) :
-=========     Write Thread (40,0,0) at k_kernel+0x100 in k.py:6
-=========     Read Thread (130,0,0) at k_kernel+0x200 in k.py:5
-========= Error: Potential RAW hazard detected at __shared__ 0x386d8 in block (0,1,0) :
-=========     Write Thread (0,0,0) at k_kernel+0xb000 in k.py:7
-=========     Read Thread (256,0,0) at k_kernel+0xd0 in k.py:3
-========= Error: Potential RAW hazard detected at __shared__ 0x386d8 in block (0,1,0) :
-=========     Write Thread (0,0,0) at k_kernel+0xb100 in k.py:5
-=========     Read Thread (256,0,0) at k_kernel+0xd0 in k.py:3
-========= RACECHECK SUMMARY: 5 hazards displayed (5 errors, 0 warnings)
-"""
+
+def _report(kind, w_thread, w_line, r_thread, r_line):
+    """One racecheck report as compute-sanitizer prints it (the triage reads kind, threads and lines)."""
+    return (f"========= Error: Potential {kind} hazard detected at __shared__ 0x100 in block (0,0,0) :\n"
+            f"=========     Write Thread ({w_thread},0,0) at k_kernel+0x10 in k.py:{w_line}\n"
+            f"=========     Read Thread ({r_thread},0,0) at k_kernel+0x20 in k.py:{r_line}\n")
+
+
+LOG = ("========= COMPUTE-SANITIZER\n" + _report("RAW", 31, 3, 576, 3) + _report("RAW", 35, 5, 416, 6)
+       + _report("WAR", 40, 6, 130, 5) + _report("RAW", 0, 7, 256, 3) + _report("RAW", 0, 5, 256, 3)
+       + "========= RACECHECK SUMMARY: 5 hazards displayed (5 errors, 0 warnings)\n")
 SOURCE = ("import x\n\ndef k_kernel(a):\n    pass\n    store\n    load\n    for i in range(2):\n"
           "        mbarrier.invalidate(bar.index(i))\n")
 
 
-def _run(tmp_path, capsys, *extra):
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "k.py").write_text(SOURCE)
-    (tmp_path / "race.log").write_text(LOG)
+def _run(tmp_path, capsys, *extra, log=LOG, source=SOURCE):
+    (tmp_path / "src").mkdir(exist_ok=True)
+    (tmp_path / "src" / "k.py").write_text(source)
+    (tmp_path / "race.log").write_text(log)
     rc = racecheck_triage.main([str(tmp_path / "race.log"), "--src", str(tmp_path / "src"), *extra])
     return rc, capsys.readouterr().out
 
@@ -70,17 +63,7 @@ HANDOFF_SOURCE = """def k_kernel(a):
 
 
 def _triage(tmp_path, capsys, log):
-    (tmp_path / "src").mkdir(exist_ok=True)
-    (tmp_path / "src" / "k.py").write_text(HANDOFF_SOURCE)
-    (tmp_path / "race.log").write_text(log)
-    rc = racecheck_triage.main([str(tmp_path / "race.log"), "--src", str(tmp_path / "src")])
-    return rc, capsys.readouterr().out
-
-
-def _report(kind, w_thread, w_line, r_thread, r_line):
-    return (f"========= Error: Potential {kind} hazard detected at __shared__ 0x100 in block (0,0,0) :\n"
-            f"=========     Write Thread ({w_thread},0,0) at k_kernel+0x10 in k.py:{w_line}\n"
-            f"=========     Read Thread ({r_thread},0,0) at k_kernel+0x20 in k.py:{r_line}\n")
+    return _run(tmp_path, capsys, log=log, source=HANDOFF_SOURCE)
 
 
 def test_triage_handoff_needs_one_mbarrier_between_two_warpgroups(tmp_path, capsys):
