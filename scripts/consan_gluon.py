@@ -1,10 +1,12 @@
 """Triton's concurrency sanitizer (ConSan) over the Gluon forward and backward kernels on a few shapes: it
 instruments every shared-memory access, barrier and async copy and stops the kernel on a race or a barrier misuse.
-Run on an sm_90 GPU: python scripts/consan_gluon.py [bwd [N] | latent [KEY=VALUE+...] | persistent | two | fp8 [N]]
+Run on an sm_90 GPU:
+  python scripts/consan_gluon.py [bwd [N] | latent [KEY=VALUE+...] | persistent | two | fp8 [N] | mla fwd|bwd [sink]]
 (bwd: the backward alone, its forward on Triton; latent: the latent-cache decoding kernel, with a LATENT_TUNING over its
 defaults such as VALUE_WGS=2+SCORE_WGS=2; persistent: only the forward shape whose programs loop over several work
 items, the slowest under ConSan; two: d64 forwards with two programs per SM, CTAS_PER_SM=2; fp8: FP8 forwards on the
-persistent grid; N: only that shape of bwd's or fp8's list, so that shapes can run side by side; mla, sinks-mla, flex:
+persistent grid; mla fwd|bwd [sink]: one pass of the 192/128 kernels, small;
+N: only that shape of bwd's or fp8's list, so that shapes can run side by side; mla, sinks-mla, flex:
 scripts/sanitize.py's family of that name)"""
 
 import os
@@ -44,7 +46,7 @@ BWD_SHAPES = [
 # backward (128-key items), with a learnable sink, and flex_attention's block-sparse mode; each checks its result
 # against the float64 reference
 FAMILIES = {"mla": "mla_gluon", "sinks-mla": "sinks_mla", "flex": "flex"}
-if sys.argv[1:2] and sys.argv[1] in FAMILIES:
+if len(sys.argv) == 2 and sys.argv[1] in FAMILIES:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import sanitize  # noqa: E402
 
@@ -52,6 +54,34 @@ if sys.argv[1:2] and sys.argv[1] in FAMILIES:
     getattr(sanitize, FAMILIES[sys.argv[1]])()
     torch.cuda.synchronize()
     print(f"consan clean ({sys.argv[1]}: scripts/sanitize.py's {FAMILIES[sys.argv[1]]})", flush=True)
+    sys.exit(0)
+
+# "mla fwd|bwd [sink]": one pass of the 192/128 Gluon kernels on a small shape (one kv head, a cut tile), the
+# other pass on Triton, so that the forward and the backward under ConSan can run side by side
+if sys.argv[1:2] == ["mla"] and len(sys.argv) > 2:
+    import time
+
+    part, with_sink = sys.argv[2], "sink" in sys.argv[3:]
+    n = int(os.environ.get("MLA_SEQLEN", "130"))  # the backward under ConSan takes minutes per tile
+    torch.manual_seed(0)
+    q = torch.randn(1, n, 2, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(1, n, 1, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(1, n, 1, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    sink = torch.randn(2, device="cuda", requires_grad=True) if with_sink else None
+    dout = torch.randn(1, n, 2, 128, device="cuda", dtype=torch.bfloat16)
+    results, t0 = {}, time.time()
+    for backend in ("gluon", "triton"):
+        flashattn2.set_backend(backend if part == "fwd" else "triton")
+        out = flash_attn_func(q, k, v, causal=True, learnable_sink=sink)
+        flashattn2.set_backend(backend)
+        inputs = (q, k, v) + ((sink,) if with_sink else ())
+        results[backend] = (out,) if part == "fwd" else torch.autograd.grad(out, inputs, dout)
+        torch.cuda.synchronize()
+        print(f"{backend} done at {time.time() - t0:.0f} s", flush=True)
+    err = max((a.float() - b.float()).abs().max().item()
+              for a, b in zip(results["gluon"], results["triton"], strict=True))
+    print(f"consan clean (192/128 {part}, sink={with_sink}): b1 s{n} h2/1 causal, max |gluon - triton| {err:.2e}",
+          flush=True)
     sys.exit(0)
 
 # "bwd N" / "fp8 N": only shape N of the mode's list, so that its shapes can run side by side
