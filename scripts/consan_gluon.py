@@ -56,6 +56,21 @@ if len(sys.argv) == 2 and sys.argv[1] in FAMILIES:
     print(f"consan clean ({sys.argv[1]}: scripts/sanitize.py's {FAMILIES[sys.argv[1]]})", flush=True)
     sys.exit(0)
 
+
+def gluon_against_triton(inputs, dout, part="bwd", **kwargs) -> float:
+    """flash_attn_func(q, k, v, **kwargs) with one pass (part: fwd or bwd) on the Gluon kernels, then on Triton's,
+    the other pass on Triton's both times (so that only the pass under test runs Gluon under ConSan): the largest
+    difference of the two runs' outputs, or of their gradients of `inputs` (q, k, v and any tensor among kwargs)."""
+    results = {}
+    for backend in ("gluon", "triton"):
+        flashattn2.set_backend(backend if part == "fwd" else "triton")
+        out = flash_attn_func(*inputs[:3], **kwargs)
+        flashattn2.set_backend(backend)
+        results[backend] = (out,) if part == "fwd" else torch.autograd.grad(out, inputs, dout)
+        torch.cuda.synchronize()
+    return max((a.float() - b.float()).abs().max().item() for a, b in zip(*results.values(), strict=True))
+
+
 # "mla fwd|bwd [sink]": one pass of the 192/128 Gluon kernels on a small shape (one kv head, a cut tile), the
 # other pass on Triton, so that the forward and the backward under ConSan can run side by side
 if sys.argv[1:2] == ["mla"] and len(sys.argv) > 2:
@@ -69,19 +84,11 @@ if sys.argv[1:2] == ["mla"] and len(sys.argv) > 2:
     v = torch.randn(1, n, 1, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     sink = torch.randn(2, device="cuda", requires_grad=True) if with_sink else None
     dout = torch.randn(1, n, 2, 128, device="cuda", dtype=torch.bfloat16)
-    results, t0 = {}, time.time()
-    for backend in ("gluon", "triton"):
-        flashattn2.set_backend(backend if part == "fwd" else "triton")
-        out = flash_attn_func(q, k, v, causal=True, learnable_sink=sink)
-        flashattn2.set_backend(backend)
-        inputs = (q, k, v) + ((sink,) if with_sink else ())
-        results[backend] = (out,) if part == "fwd" else torch.autograd.grad(out, inputs, dout)
-        torch.cuda.synchronize()
-        print(f"{backend} done at {time.time() - t0:.0f} s", flush=True)
-    err = max((a.float() - b.float()).abs().max().item()
-              for a, b in zip(results["gluon"], results["triton"], strict=True))
-    print(f"consan clean (192/128 {part}, sink={with_sink}): b1 s{n} h2/1 causal, max |gluon - triton| {err:.2e}",
-          flush=True)
+    t0 = time.time()
+    err = gluon_against_triton((q, k, v) + ((sink,) if with_sink else ()), dout, part, causal=True,
+                               learnable_sink=sink)
+    print(f"consan clean (192/128 {part}, sink={with_sink}): b1 s{n} h2/1 causal, max |gluon - triton| {err:.2e}, "
+          f"{time.time() - t0:.0f} s", flush=True)
     sys.exit(0)
 
 # "bwd N" / "fp8 N": only shape N of the mode's list, so that its shapes can run side by side
@@ -159,16 +166,7 @@ if sys.argv[1:2] == ["bwd"]:
         q = torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         k, v = (torch.randn(batch, seqlen, heads_k, head_dim, device="cuda", dtype=torch.bfloat16,
                             requires_grad=True) for _ in range(2))
-        dout = torch.randn_like(q)
-        grads = {}
-        for backend in ("gluon", "triton"):
-            flashattn2.set_backend("triton")  # the forward uninstrumented; the backward's kernels chosen below
-            out = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
-            flashattn2.set_backend(backend)
-            grads[backend] = torch.autograd.grad(out, (q, k, v), dout)
-            torch.cuda.synchronize()
-        err = max((a.float() - b.float()).abs().max().item()
-                  for a, b in zip(grads["gluon"], grads["triton"], strict=True))
+        err = gluon_against_triton((q, k, v), torch.randn_like(q), causal=causal, deterministic=deterministic)
         print(f"consan clean (backward): b{batch} s{seqlen} h{heads}/{heads_k} d{head_dim} causal={causal} "
               f"deterministic={deterministic}, max |gluon - triton| {err:.2e}", flush=True)
     sys.exit(0)
