@@ -1,13 +1,14 @@
 """Triton's concurrency sanitizer (ConSan) over the Gluon forward and backward kernels on a few shapes: it
 instruments every shared-memory access, barrier and async copy and stops the kernel on a race or a barrier misuse.
 Run on an sm_90 GPU:
-  python scripts/consan_gluon.py [bwd [N] | latent [KEY=VALUE+...] | persistent | two | fp8 [N] | mla fwd|bwd [sink]]
+  python scripts/consan_gluon.py [bwd [N] | latent [KEY=VALUE+...] | persistent | two | fp8 [N] | mla | sinks-mla |
+                                  flex | mla-pass fwd|bwd [sink]]
 (bwd: the backward alone, its forward on Triton; latent: the latent-cache decoding kernel, with a LATENT_TUNING over its
 defaults such as VALUE_WGS=2+SCORE_WGS=2; persistent: only the forward shape whose programs loop over several work
 items, the slowest under ConSan; two: d64 forwards with two programs per SM, CTAS_PER_SM=2; fp8: FP8 forwards on the
-persistent grid; mla fwd|bwd [sink]: one pass of the 192/128 kernels, small;
-N: only that shape of bwd's or fp8's list, so that shapes can run side by side; mla, sinks-mla, flex:
-scripts/sanitize.py's family of that name)"""
+persistent grid; N: only that shape of bwd's or fp8's list, so that shapes can run side by side; mla, sinks-mla, flex:
+scripts/sanitize.py's family of that name; mla-pass: one pass of the 192/128 kernels on a small shape, MLA_SEQLEN
+tokens)"""
 
 import os
 import sys
@@ -46,7 +47,7 @@ BWD_SHAPES = [
 # backward (128-key items), with a learnable sink, and flex_attention's block-sparse mode; each checks its result
 # against the float64 reference
 FAMILIES = {"mla": "mla_gluon", "sinks-mla": "sinks_mla", "flex": "flex"}
-if len(sys.argv) == 2 and sys.argv[1] in FAMILIES:
+if sys.argv[1:] and sys.argv[1] in FAMILIES:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import sanitize  # noqa: E402
 
@@ -71,9 +72,9 @@ def gluon_against_triton(inputs, dout, part="bwd", **kwargs) -> float:
     return max((a.float() - b.float()).abs().max().item() for a, b in zip(*results.values(), strict=True))
 
 
-# "mla fwd|bwd [sink]": one pass of the 192/128 Gluon kernels on a small shape (one kv head, a cut tile), the
+# "mla-pass fwd|bwd [sink]": one pass of the 192/128 Gluon kernels on a small shape (one kv head, a cut tile), the
 # other pass on Triton, so that the forward and the backward under ConSan can run side by side
-if sys.argv[1:2] == ["mla"] and len(sys.argv) > 2:
+if sys.argv[1:2] == ["mla-pass"]:
     import time
 
     part, with_sink = sys.argv[2], "sink" in sys.argv[3:]
