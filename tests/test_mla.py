@@ -88,14 +88,15 @@ def test_the_hopper_kernels_take_192_128_only_and_errors_name_the_problem():
 @pytest.mark.gpu
 @pytest.mark.skipif(not (DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)),
                     reason="needs an sm_90 GPU (the Gluon forward)")
-@pytest.mark.parametrize("causal,varlen,deterministic,long", [(False, False, False, False), (True, False, False, False),
-                                                              (True, True, False, False), (True, False, True, False),
-                                                              (True, False, False, True)])
+@pytest.mark.parametrize("causal,varlen,deterministic,long,mha", [
+    (False, False, False, False, False), (True, False, False, False, False), (True, True, False, False, False),
+    (True, False, True, False, False), (True, False, False, True, False), (True, False, False, False, True)])
 @pytest.mark.parametrize("items", ["64-key", "128-key", "128-key-one-slot"])
-def test_gluon_unlike_value_head_dim(causal, varlen, deterministic, long, items, monkeypatch):
+def test_gluon_unlike_value_head_dim(causal, varlen, deterministic, long, mha, items, monkeypatch):
     # the Hopper forward and backward at 192/128 (Q and K in 64-column tiles): cut query and key tiles, GQA, packed
     # sequences, the deterministic backward (dK/dV kernel, dQ from the Triton kernel); long: more work items than
-    # SMs, so that programs of the persistent grids take several; the backward's 128-key items (CONFIGS_MLA) and
+    # SMs, so that programs of the persistent grids take several; mha: one query head a kv head (DeepSeek's MLA
+    # trains so), where a work item's step count takes either parity; the backward's 128-key items (CONFIGS_MLA) and
     # the 64-key ones kept to compare (CONFIGS_MLA_NARROW); warpgroup 0's dQ chunks through one staging buffer or two
     from flashattn2.kernels.sm90 import backward as bwd_sm90
 
@@ -107,7 +108,7 @@ def test_gluon_unlike_value_head_dim(causal, varlen, deterministic, long, items,
     torch.manual_seed(3)
     flashattn2.set_backend("gluon")  # drops plans made with the other tuning
     try:
-        heads, heads_k = (16, 8) if long else (4, 2)
+        heads, heads_k = (16, 8) if long else ((3, 3) if mha else (4, 2))
         if varlen:
             lens = [200, 0, 333]
             cu = torch.tensor([0] + lens, device=DEVICE).cumsum(0).to(torch.int32)
