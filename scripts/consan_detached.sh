@@ -10,10 +10,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 RUN=build/consan-detached
 mkdir -p "$RUN"
+# the run's process is alive (a zombie left unreaped, as in some containers, is not)
+alive() { [ -f "$RUN/pid" ] && ps -o stat= -p "$(cat "$RUN/pid")" 2>/dev/null | grep -qv Z; }
 case "${1:-}" in
   start)
     shift
-    [ -f "$RUN/pid" ] && kill -0 "$(cat "$RUN/pid")" 2>/dev/null && { echo "a run is going: $(cat "$RUN/args")"; exit 1; }
+    alive && { echo "a run is going: $(cat "$RUN/args")"; exit 1; }
     echo "$*" > "$RUN/args"
     rm -f "$RUN/rc"
     PYTHONPATH=src PYTHONUNBUFFERED=1 TRITON_CACHE_DIR="$PWD/build/triton-cache" \
@@ -27,6 +29,7 @@ case "${1:-}" in
     limit=${2:-540}
     for _ in $(seq "$limit"); do
       [ -f "$RUN/rc" ] && break
+      alive || break  # gone without a status: killed
       sleep 1
     done
     tail -n 20 "$RUN/log"
@@ -35,8 +38,12 @@ case "${1:-}" in
       echo "finished: rc=$(cat "$RUN/rc") ($(cat "$RUN/args"))"
       exit "$(cat "$RUN/rc")"
     fi
-    echo "still running after ${limit} s: call wait again"
-    exit 3
+    if alive; then
+      echo "still running after ${limit} s: call wait again"
+      exit 3
+    fi
+    echo "the run ended without an exit status (killed?)"
+    exit 4
     ;;
   *)
     echo "usage: bash scripts/consan_detached.sh start ARGS... | wait [SECONDS]" >&2
