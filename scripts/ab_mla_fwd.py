@@ -42,23 +42,32 @@ def main(argv: list[str]) -> None:
         name, _, keys = arg.partition(":")
         variants[name] = {k: _value(v) for k, v in (x.split("=") for x in keys.split("+"))}
     base, base_causal = dict(fwd.CONFIGS_MLA[DIMS]), dict(fwd.CONFIGS_MLA_CAUSAL[DIMS])
-    for seqlen in (2048, 4096, 8192, 16384):
-        batch = 16384 // seqlen
-        q, k = (torch.randn(batch, seqlen, 16, 192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        v = torch.randn(batch, seqlen, 16, 128, device="cuda", dtype=torch.bfloat16)
-        cudnn = functools.partial(_cudnn, *(x.transpose(1, 2).contiguous() for x in (q, k, v)))
-        row = {"seqlen": seqlen, "cudnn": _median_ms(cudnn)}
-        ours = functools.partial(flash_attn_func, q, k, v, causal=True)
-        for rnd in (1, 2):
-            for name, over in variants.items():
-                fwd.CONFIGS_MLA[DIMS] = dict(base, **{k: v for k, v in over.items() if k != "PERSISTENT_CAUSAL"})
-                fwd.CONFIGS_MLA_CAUSAL[DIMS] = dict(base_causal, **{k: v for k, v in over.items()
-                                                                    if k == "PERSISTENT_CAUSAL"})
-                flashattn2.set_backend("gluon")  # drops the plans made with the last tuning
-                ours()
-                row[f"{name}_{rnd}"] = _median_ms(ours)
-        print(json.dumps(row), flush=True)
-    fwd.CONFIGS_MLA[DIMS], fwd.CONFIGS_MLA_CAUSAL[DIMS] = base, base_causal
+    backend = flashattn2.get_backend()
+    try:
+        for seqlen in (2048, 4096, 8192, 16384):
+            print(json.dumps(_row(seqlen, variants, base, base_causal)), flush=True)
+    finally:  # the tables and the backend as they were, also after a failed variant
+        fwd.CONFIGS_MLA[DIMS], fwd.CONFIGS_MLA_CAUSAL[DIMS] = base, base_causal
+        flashattn2.set_backend(backend)
+
+
+def _row(seqlen: int, variants: dict, base: dict, base_causal: dict) -> dict:
+    """Median ms of cuDNN and of each variant (twice, interleaved) at one length."""
+    batch = 16384 // seqlen
+    q, k = (torch.randn(batch, seqlen, 16, 192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    v = torch.randn(batch, seqlen, 16, 128, device="cuda", dtype=torch.bfloat16)
+    cudnn = functools.partial(_cudnn, *(x.transpose(1, 2).contiguous() for x in (q, k, v)))
+    row = {"seqlen": seqlen, "cudnn": _median_ms(cudnn)}
+    ours = functools.partial(flash_attn_func, q, k, v, causal=True)
+    for rnd in (1, 2):
+        for name, over in variants.items():
+            fwd.CONFIGS_MLA[DIMS] = dict(base, **{k: v for k, v in over.items() if k != "PERSISTENT_CAUSAL"})
+            fwd.CONFIGS_MLA_CAUSAL[DIMS] = dict(base_causal, **{k: v for k, v in over.items()
+                                                                if k == "PERSISTENT_CAUSAL"})
+            flashattn2.set_backend("gluon")  # drops the plans made with the last tuning
+            ours()
+            row[f"{name}_{rnd}"] = _median_ms(ours)
+    return row
 
 
 if __name__ == "__main__":
