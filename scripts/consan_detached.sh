@@ -6,9 +6,11 @@
 # its log to $OUT. Run `wait` in the next call within the machine's 30 s warm window, and again while it runs.
 #   bash scripts/consan_detached.sh start ARGS...      (ARGS: consan_gluon.py's, e.g. mla-pass bwd)
 #   bash scripts/consan_detached.sh wait [SECONDS]
+# CONSAN_RUN=NAME keeps a run (its log, status and Triton cache) under build/NAME, so that runs with other
+# PTXAS_OPTIONS can go side by side (the cache key may not see the ptxas options).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-RUN=build/consan-detached
+RUN=build/${CONSAN_RUN:-consan-detached}
 mkdir -p "$RUN"
 # the run's process is alive (a zombie left unreaped, as in some containers, is not)
 alive() { [ -f "$RUN/pid" ] && ps -o stat= -p "$(cat "$RUN/pid")" 2>/dev/null | grep -qv Z; }
@@ -18,7 +20,7 @@ case "${1:-}" in
     alive && { echo "a run is going: $(cat "$RUN/args")"; exit 1; }
     echo "$*" > "$RUN/args"
     rm -f "$RUN/rc"
-    PYTHONPATH=src PYTHONUNBUFFERED=1 TRITON_CACHE_DIR="$PWD/build/triton-cache" \
+    PYTHONPATH=src PYTHONUNBUFFERED=1 TRITON_CACHE_DIR="$PWD/$RUN/triton-cache" \
       PTXAS_OPTIONS="${PTXAS_OPTIONS:---opt-level 1}" \
       setsid bash -c 'date -u; python3 scripts/consan_gluon.py "$@"; echo $? > '"$RUN/rc"'; date -u' _ "$@" \
       > "$RUN/log" 2>&1 < /dev/null &
@@ -33,7 +35,7 @@ case "${1:-}" in
       sleep 1
     done
     tail -n 20 "$RUN/log"
-    [ -n "${OUT:-}" ] && cp "$RUN/log" "$OUT/consan-detached.log"
+    [ -n "${OUT:-}" ] && cp "$RUN/log" "$OUT/$(basename "$RUN").log"
     if [ -f "$RUN/rc" ]; then
       echo "finished: rc=$(cat "$RUN/rc") ($(cat "$RUN/args"))"
       exit "$(cat "$RUN/rc")"
