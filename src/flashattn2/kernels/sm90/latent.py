@@ -534,9 +534,20 @@ def _seesaw_p(s, m_prev, start_n, n_hi, qk_scale):
 def _seesaw_pv(p, v, o0, o1, alpha, W: gl.constexpr):
     """O = O x alpha + P V over warpgroup W's 256 columns of the stage's V (two [64, 128] halves), issued."""
     a = gl.convert_layout(alpha, gl.SliceLayout(1, wgmma_layout(HALF)))[:, None]
-    o0 = warpgroup_mma(p, v.slice(W * 2 * HALF, HALF, dim=1), o0 * a, is_async=True)
-    o1 = warpgroup_mma(p, v.slice(W * 2 * HALF + HALF, HALF, dim=1), o1 * a, is_async=True)
+    # both halves rescaled before either wgmma: O's registers written under an issued wgmma make ptxas wait for it
+    o0 = o0 * a
+    o1 = o1 * a
+    o0 = warpgroup_mma(p, v.slice(W * 2 * HALF, HALF, dim=1), o0, is_async=True)
+    o1 = warpgroup_mma(p, v.slice(W * 2 * HALF + HALF, HALF, dim=1), o1, is_async=True)
     return o0, o1
+
+
+@gluon.jit
+def _seesaw_settled(o):
+    """A waited accumulator through a register move, at the end of each of WG1's branches: O's loop-carried
+    registers written by a wgmma on either path made ptxas wait for every wgmma before the next pair's rescale of O
+    (C7517, "warpgroup.wait is injected"), i.e. for S_b, issued just before."""
+    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [o], dtype=gl.float32, is_pure=True, pack=1)
 
 
 @gluon.jit
@@ -598,10 +609,11 @@ def _seesaw_first(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockTa
         l_i = l_i * alpha + gl.sum(p, 1)
         p = _seesaw_publish(p, m_i, k, k_tail, sm, start_n, w.n_hi, 0)
         o0, o1 = _seesaw_pv(p, k, o0, o1, alpha, 0)
-        # P_a V runs while WG1 makes P_b (p_ready[1] comes in every pair: an in-flight wgmma cannot cross an if)
-        mbarrier.wait(sm.p_ready.index(1), j & 1)
+        # P_a V runs while WG1 makes P_b; stage 0 goes back first (the loader's next tile), then P_b is awaited in
+        # every pair (p_ready[1] comes in a last pair of one tile too: an in-flight wgmma cannot cross an if)
         o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
         mbarrier.arrive(sm.kv_empty.index(0), count=1)
+        mbarrier.wait(sm.p_ready.index(1), j & 1)
         if i + 1 < n_tiles:
             o0, o1, m_i, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 1, 0)
             o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
@@ -647,11 +659,15 @@ def _seesaw_second(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockT
             o0, o1 = _seesaw_pv(p, k, o0, o1, beta, 1)
             o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
             mbarrier.arrive(sm.kv_empty.index(1), count=1)
+            o0 = _seesaw_settled(o0)
+            o1 = _seesaw_settled(o1)
         else:  # a last pair of one tile: p_ready[1] without P or maxima (WG0 reads neither)
             o0, o1, m_i, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 0, 1)
             mbarrier.arrive(sm.p_ready.index(1), count=1)
             o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
             mbarrier.arrive(sm.kv_empty.index(0), count=1)
+            o0 = _seesaw_settled(o0)
+            o1 = _seesaw_settled(o1)
     _seesaw_finish(1, o0, o1, m_i, l_i, bad_page, sm, w, Out, Lse, Flag, stride_o, stride_lse, FLAG_WORD,
                    NUM_SPLITS)
 
