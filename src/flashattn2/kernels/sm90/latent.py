@@ -14,7 +14,8 @@ Per tile the scores warpgroup does 53% of the matmul work and each value warpgro
 SM's, so what counts is that their issue overlaps: S of tile i + 1 runs under P V of tile i. FlashMLA splits O over
 two warpgroups of 128 registers' accumulators; here four of 64 (VALUE_WGS). SCORE_WGS=2 gives the scores to two
 warpgroups on alternate tiles, so that one tile's softmax runs beside the next tile's S; calls with many keys per
-program take it (tuning_for).
+program take it (tuning_for). SEESAW=1 is FlashMLA's split: a loader warp and two warpgroups, each with half of O
+and the scores of every other tile, handing each other P and the row maxima (the comment above _seesaw_loader).
 
 The contract is kvcache_attention_kernel's for the calls `can_implement` takes; key rows of the last tile past the
 sequence (the cache's unwritten capacity may hold anything) are zeroed in shared memory before P V reads them, since
@@ -107,7 +108,8 @@ class LatentSmem:
     final sums, and the barriers: q_bar (Q loaded), kv_ready / kv_empty (a key tile loaded / read by every
     value warpgroups), p_ready / p_free (P and the factors written / read), done (the sums written). With SCORE_WGS=2:
     alpha and p_ready by stage, P in k_tail, stats the two warpgroups' (m, m, l, l), m_x / m_bar the running row
-    maxima they hand over (with one scores warpgroup: alpha and done again, unused)."""
+    maxima they hand over (with one scores warpgroup: alpha and done again, unused). With SEESAW: P in k_tail, p_ready
+    by stage, m_x the pair's two running maxima, stats the two partial sums (alpha, p_free, m_bar: unused)."""
     q: gl.shared_memory_descriptor
     q_tail: gl.shared_memory_descriptor
     k: gl.shared_memory_descriptor
