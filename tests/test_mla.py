@@ -387,8 +387,9 @@ def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, va
     kvcache._plans.clear()
 
     torch.manual_seed(23)
-    # the seesaw takes tiles in pairs: 180 keys make three tiles (a pair, then one) in one split, two and one in two
-    batch, capacity, lens = 2, 256, [37, 180 if seesaw else 200]
+    # the seesaw takes tiles in pairs: 100 keys make a pair cut in its second tile (WG1 zeroes the rows), 180 a pair
+    # and one tile cut (WG0 zeroes them); three splits give ranges of one tile and of none
+    batch, capacity, lens = 2, 256, [100, 180] if seesaw else [37, 200]
     q = randn(batch, seqlen_q, heads, 576, dtype=torch.bfloat16)
     k_cache = randn(batch, capacity, 1, 576, dtype=torch.bfloat16)
     seqlens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
