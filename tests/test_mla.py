@@ -258,7 +258,9 @@ from flashattn2.kernels.sm90.latent import LATENT_TUNING, compile_for_sm90, laun
 for flags in (dict(), dict(NUM_SPLITS=4, HAS_SEQLENS=True, HAS_BATCH_IDX=True),
               dict(PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=8), dict(VALUE_WGS=2, PAGED=True),
               dict(EARLY_LOAD=False, PAGED=True, HAS_SEQLENS=True, NUM_SPLITS=2),
-              dict(VALUE_WGS=2, SCORE_WGS=2, PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=2)):
+              dict(VALUE_WGS=2, SCORE_WGS=2, PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=2),
+              dict(SEESAW=1, PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=2),
+              dict(SEESAW=1, NUM_SPLITS=4, HAS_SEQLENS=True, HAS_BATCH_IDX=True)):
     kernel = compile_for_sm90(torch.bfloat16, **flags)
     ptx = kernel.asm["ptx"]
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx, flags
@@ -292,9 +294,13 @@ def test_latent_launch_registers():
     assert launch_registers(dict(LATENT_TUNING, VALUE_WGS=2, SCORE_WGS=2)) == (128, True)
     with pytest.raises(ValueError, match="SCORE_WGS=2 runs with VALUE_WGS=2"):
         launch_registers(dict(LATENT_TUNING, SCORE_WGS=2))
+    # the seesaw: a loader warp and two consumer warpgroups, 12 warps as launched, whatever SCORE_WGS / VALUE_WGS say
+    assert LATENT_TUNING["SEESAW"] == 0
+    assert launch_registers(dict(LATENT_TUNING, SEESAW=1)) == (168, True)
+    assert launch_registers(dict(LATENT_TUNING, SEESAW=1, SCORE_WGS=2)) == (168, True)
 
 
-def test_latent_two_scores_warpgroups_by_keys_per_program():
+def test_latent_two_scores_warpgroups_by_keys_per_program(monkeypatch):
     # host-side rule (static shapes, no sync): two scores warpgroups (with two value warpgroups) from
     # SPLIT_SCORES_FROM keys a program, where they measured faster (benchmarks/NOTES.md, twelfth session)
     from flashattn2.kernels import backends
@@ -309,6 +315,10 @@ def test_latent_two_scores_warpgroups_by_keys_per_program():
         tuning = tuning_for(capacity, splits)
         assert "SPLIT_SCORES_FROM" not in tuning  # a host key, not the kernel's
         assert (tuning["SCORE_WGS"], tuning["VALUE_WGS"]) == ((2, 2) if two else (1, 4)), (capacity, splits)
+    from flashattn2.kernels.sm90 import latent
+
+    monkeypatch.setattr(latent, "LATENT_TUNING", dict(LATENT_TUNING, SEESAW=1))  # the seesaw keeps its schedule
+    assert latent.tuning_for(65536, 1) == dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=1)
 
 
 def test_auto_takes_the_gluon_latent_kernel():
@@ -355,14 +365,16 @@ def test_auto_takes_the_gluon_latent_kernel():
 @pytest.mark.parametrize("paged,seqlen_q,num_splits,heads,batch_idx",
                          [(False, 1, 1, 128, False), (False, 2, 0, 128, False), (True, 2, 3, 64, False),
                           (True, 1, 0, 128, False), (False, 1, 2, 64, True)])
-@pytest.mark.parametrize("value_wgs,early_load,score_wgs", [(4, True, 1), (2, True, 1), (4, False, 1), (2, True, 2)],
-                         ids=["wgs4-early-load", "wgs2-early-load", "wgs4", "wgs2-two-scores"])
-def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, value_wgs, early_load, score_wgs,
+@pytest.mark.parametrize("value_wgs,early_load,score_wgs,seesaw",
+                         [(4, True, 1, 0), (2, True, 1, 0), (4, False, 1, 0), (2, True, 2, 0), (4, True, 1, 1)],
+                         ids=["wgs4-early-load", "wgs2-early-load", "wgs4", "wgs2-two-scores", "seesaw"])
+def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, value_wgs, early_load, score_wgs, seesaw,
                                monkeypatch):
     # sm90/latent.py under FLASHATTN2_BACKEND=gluon: the cache's capacity past each sequence holds NaN (the kernel
     # zeroes those key rows before P V), lengths that cut tiles, one or two query rows (causal), splits, pages of
     # 64 keys, a cache_batch_idx; four value warpgroups of 128 columns and two of 256 (VALUE_WGS); the next tile's
-    # load under the scores' wgmmas (EARLY_LOAD); two scores warpgroups on alternate tiles (SCORE_WGS)
+    # load under the scores' wgmmas (EARLY_LOAD); two scores warpgroups on alternate tiles (SCORE_WGS); two
+    # warpgroups each with half of O and the scores of every other tile, a loader warp (SEESAW)
     from flashattn2 import inference
     from flashattn2.kernels import backends
     from flashattn2.kernels.portable import kvcache
@@ -370,12 +382,14 @@ def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, va
     from flashattn2.kernels.sm90 import latent
 
     monkeypatch.setattr(latent, "LATENT_TUNING", dict(latent.LATENT_TUNING, VALUE_WGS=value_wgs,
-                                                      EARLY_LOAD=early_load, SCORE_WGS=score_wgs))
+                                                      EARLY_LOAD=early_load, SCORE_WGS=score_wgs, SEESAW=seesaw))
     inference._seen.clear()  # plans made under the other tuning
     kvcache._plans.clear()
 
     torch.manual_seed(23)
-    batch, capacity, lens = 2, 256, [37, 200]
+    # the seesaw takes tiles in pairs: 100 keys make a pair cut in its second tile (WG1 zeroes the rows), 180 a pair
+    # and one tile cut (WG0 zeroes them); three splits give ranges of one tile and of none
+    batch, capacity, lens = 2, 256, [100, 180] if seesaw else [37, 200]
     q = randn(batch, seqlen_q, heads, 576, dtype=torch.bfloat16)
     k_cache = randn(batch, capacity, 1, 576, dtype=torch.bfloat16)
     seqlens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)
@@ -403,6 +417,7 @@ def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, va
         assert plan.backend == "gluon-sm90" and plan.attend.launch.named["VALUE_WGS"] == value_wgs
         assert plan.attend.launch.named["EARLY_LOAD"] == early_load
         assert plan.attend.launch.named["SCORE_WGS"] == score_wgs
+        assert plan.attend.launch.named["SEESAW"] == seesaw
     finally:
         flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
     assert out.shape == (batch, seqlen_q, heads, 512)

@@ -14,7 +14,8 @@ Per tile the scores warpgroup does 53% of the matmul work and each value warpgro
 SM's, so what counts is that their issue overlaps: S of tile i + 1 runs under P V of tile i. FlashMLA splits O over
 two warpgroups of 128 registers' accumulators; here four of 64 (VALUE_WGS). SCORE_WGS=2 gives the scores to two
 warpgroups on alternate tiles, so that one tile's softmax runs beside the next tile's S; calls with many keys per
-program take it (tuning_for).
+program take it (tuning_for). SEESAW=1 is FlashMLA's split: a loader warp and two warpgroups, each with half of O
+and the scores of every other tile, handing each other P and the row maxima (the comment above _seesaw_loader).
 
 The contract is kvcache_attention_kernel's for the calls `can_implement` takes; key rows of the last tile past the
 sequence (the cache's unwritten capacity may hold anything) are zeroed in shared memory before P V reads them, since
@@ -27,7 +28,7 @@ from ..common import cdiv, runs_sm90a
 from ..launch import Launch
 from ..portable.kvcache import cache_geometry, cache_sequence
 from ..tma import tma_usable
-from .common import free_phase, free_registers, ready_phase, wgmma_layout
+from .common import free_phase, free_registers, p_layout, ready_phase, wgmma_layout
 from .gluon_api import (
     TensorDescriptor,
     aggregate,
@@ -69,22 +70,31 @@ MAXNREG = {4: 96, 2: 168}
 # with VALUE_WGS=2 (tuning_for). H200, two runs in both orders (2026-11-27): +2 to +28% at batch 64 (4k-64k keys,
 # one split) and at batch 8 with 64k keys (8k a split); -6% and -7% at batch 8 with 16k keys (2k a split); batch 1
 # launch-bound either way
-LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SPLIT_SCORES_FROM=4096)
+# SEESAW=1 (FlashMLA's "seesaw"): a loader warp and two consumer warpgroups, each owning half of O's columns
+# ([64, 256], two [64, 128] halves) and computing S for alternate tiles of a pair: WG0 S of tile 2j, WG1 of 2j + 1
+# at the same time; each hands its P (bf16, into its stage's tail columns as SCORE_WGS=2 does) and row maxima to
+# the other and adds both tiles' P V to its half, its own P from registers. It overrides SCORE_WGS / VALUE_WGS
+# (tuning_for keeps them at the defaults). 12 warps as launched (the loader's warpgroup padded): the cap 168 and
+# setmaxnreg (common.free_registers): consumers SEESAW_REGS, the loader SEESAW_LOAD_REGS.
+LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=0, SPLIT_SCORES_FROM=4096)
 HOST_KEYS = ("SPLIT_SCORES_FROM",)
 SPLIT_SCORE_REGS, SPLIT_VALUE_REGS = gl.constexpr(96), gl.constexpr(160)
+SEESAW_REGS, SEESAW_LOAD_REGS = gl.constexpr(240), gl.constexpr(24)
 
 
 def tuning_for(capacity: int, num_splits: int) -> dict:
     """The kernel's constexprs for a call (LATENT_TUNING without its host keys): two scores warpgroups from
     SPLIT_SCORES_FROM keys a program (static shapes only: no sync)."""
     tuning = {k: v for k, v in LATENT_TUNING.items() if k not in HOST_KEYS}
-    if cdiv(capacity, num_splits) >= LATENT_TUNING["SPLIT_SCORES_FROM"]:
+    if not tuning.get("SEESAW") and cdiv(capacity, num_splits) >= LATENT_TUNING["SPLIT_SCORES_FROM"]:
         tuning.update(VALUE_WGS=2, SCORE_WGS=2)
     return tuning
 
 
 def launch_registers(tuning: dict) -> tuple[int, bool]:
     """(the launch's register cap, whether it compiles under common.free_registers) for a LATENT_TUNING."""
+    if tuning.get("SEESAW"):  # 12 warps (9, the loader's warpgroup padded) x 32 x 168 within the 64K
+        return 168, True
     if tuning["SCORE_WGS"] == 2:
         if tuning["VALUE_WGS"] != 2:
             raise ValueError("the latent kernel's SCORE_WGS=2 runs with VALUE_WGS=2")
@@ -98,7 +108,8 @@ class LatentSmem:
     final sums, and the barriers: q_bar (Q loaded), kv_ready / kv_empty (a key tile loaded / read by every
     value warpgroups), p_ready / p_free (P and the factors written / read), done (the sums written). With SCORE_WGS=2:
     alpha and p_ready by stage, P in k_tail, stats the two warpgroups' (m, m, l, l), m_x / m_bar the running row
-    maxima they hand over (with one scores warpgroup: alpha and done again, unused)."""
+    maxima they hand over (with one scores warpgroup: alpha and done again, unused). With SEESAW: P in k_tail, p_ready
+    by stage, m_x the pair's two running maxima, stats the two partial sums (alpha, p_free, m_bar: unused)."""
     q: gl.shared_memory_descriptor
     q_tail: gl.shared_memory_descriptor
     k: gl.shared_memory_descriptor
@@ -195,12 +206,18 @@ def _page(BlockTable, stride_bt, kv_row, start_n, page_size, num_pages, PAGED: g
 
 
 @gluon.jit
-def _load_q(q_desc, sm: LatentSmem, w: LatentWork):
+def _load_q(q_desc, sm: LatentSmem, w: LatentWork, LEAD: gl.constexpr = False):
+    """Q into sm.q and sm.q_tail (LEAD: buffers with a leading dim of 1, as SEESAW's)."""
     MAIN: gl.constexpr = LATENT_V // CHUNK
+    q = sm.q
+    q_tail = sm.q_tail
+    if LEAD:
+        q = sm.q.index(0)
+        q_tail = sm.q_tail.index(0)
     mbarrier.expect(sm.q_bar, (MAIN + 1) * q_desc.block_type.nbytes)
     for c in gl.static_range(MAIN):
-        tma_load(q_desc, [w.off_b, w.q_pos, w.head0, c * CHUNK], sm.q_bar, sm.q.slice(c * CHUNK, CHUNK, dim=3))
-    tma_load(q_desc, [w.off_b, w.q_pos, w.head0, LATENT_V], sm.q_bar, sm.q_tail)
+        tma_load(q_desc, [w.off_b, w.q_pos, w.head0, c * CHUNK], sm.q_bar, q.slice(c * CHUNK, CHUNK, dim=3))
+    tma_load(q_desc, [w.off_b, w.q_pos, w.head0, LATENT_V], sm.q_bar, q_tail)
 
 
 @gluon.jit
@@ -470,12 +487,213 @@ def _values_split(WG: gl.constexpr, VALUE_WGS: gl.constexpr, sm: LatentSmem, w: 
     _store_half(o0, l_i, empty, Out, stride_o, w, WG * COLS)
     _store_half(o1, l_i, empty, Out, stride_o, w, WG * COLS + HALF)
     if WG == 0:
-        lse = (m + gl.log2(gl.where(empty, 1.0, l_i))) * 0.6931471805599453
-        lse = gl.where(empty, float("-inf") if NUM_SPLITS > 1 else float("inf"), lse)
-        stride_ls, stride_lb, stride_lm, stride_lh = stride_lse
-        heads = w.head0 + gl.arange(0, HEADS, layout=rows_layout)
-        gl.store(Lse + gl.program_id(2).to(gl.int64) * stride_ls + w.off_b.to(gl.int64) * stride_lb
-                 + w.q_pos.to(gl.int64) * stride_lm + heads.to(gl.int64) * stride_lh, lse)
+        _store_lse(m, l_i, empty, Lse, stride_lse, w, NUM_SPLITS)
+
+
+@gluon.jit
+def _store_lse(m, l_i, empty, Lse, stride_lse, w: LatentWork, NUM_SPLITS: gl.constexpr):
+    """The rows' lse from their final maxima and sums (rows in O halves' layout); rows that see no key as in
+    _scores."""
+    lse = (m + gl.log2(gl.where(empty, 1.0, l_i))) * 0.6931471805599453
+    lse = gl.where(empty, float("-inf") if NUM_SPLITS > 1 else float("inf"), lse)
+    stride_ls, stride_lb, stride_lm, stride_lh = stride_lse
+    heads = w.head0 + gl.arange(0, HEADS, layout=gl.SliceLayout(1, wgmma_layout(HALF)))
+    gl.store(Lse + gl.program_id(2).to(gl.int64) * stride_ls + w.off_b.to(gl.int64) * stride_lb
+             + w.q_pos.to(gl.int64) * stride_lm + heads.to(gl.int64) * stride_lh, lse)
+
+
+# SEESAW=1: per pair of key tiles (2j in stage 0, 2j + 1 in stage 1; P_a / P_b their P, m_a / m_b the running row
+# maxima through each), with O of warpgroup W the columns [W x 256, + 256):
+#   WG0: S_a, m_a, P_a; P_a into stage 0's tail, m_a into m_x[0], p_ready[0]; O = O x exp2(m - m_a) + P_a V_a
+#        (P_a from registers); waits p_ready[1]; O = O x exp2(m_a - m_b) + P_b V_b (P_b from stage 1's tail).
+#   WG1: S_b issued; waits p_ready[0]; O = O x exp2(m - m_a) + P_a V_a (P_a from stage 0's tail); S_b's m_b (over
+#        m_a) and P_b into stage 1's tail, m_b into m_x[1], p_ready[1]; O = O x exp2(m_a - m_b) + P_b V_b.
+# A P lives in its tile's stage, so a stage's kv_empty (both warpgroups' arrivals, each after its last wgmma reading
+# the stage) also frees it. m_x[0] is rewritten only after WG0 has seen p_ready[1] of the pair, which WG1 arrives
+# after reading m_x[0]; m_x[1] only after WG1 has seen the next p_ready[0], which WG0 arrives after reading m_x[1].
+# p_ready[1] is arrived in every pair (in a last one of one tile without P), so both p_ready count phases by pair.
+
+
+@gluon.jit
+def _seesaw_loader(q_desc, k_desc, sm: LatentSmem, w: LatentWork, BlockTable, stride_bt, page_size, num_pages,
+                   PAGED: gl.constexpr):
+    """SEESAW's loader warp: Q once, then every key tile of the range as both consumers free its stage."""
+    _load_q(q_desc, sm, w, True)
+    for i in range(0, gl.cdiv(w.n_hi - w.n_lo, BLOCK_N)):
+        _load_tile(k_desc, sm, w, i, BlockTable, stride_bt, page_size, num_pages, PAGED)
+
+
+@gluon.jit
+def _seesaw_p(s, m_prev, start_n, n_hi, qk_scale):
+    """A tile's P against the running maxima m_prev: (P, the new maxima, O's and l's factor exp2(m_prev - m))."""
+    s = _scaled(s, start_n, n_hi, qk_scale)
+    m_new = gl.maximum(m_prev, gl.max(s, 1))
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+    return gl.exp2(s - m_use[:, None]), m_new, gl.exp2(m_prev - m_use)
+
+
+@gluon.jit
+def _seesaw_pv(p, v, o0, o1, alpha, W: gl.constexpr):
+    """O = O x alpha + P V over warpgroup W's 256 columns of the stage's V (two [64, 128] halves), issued."""
+    a = gl.convert_layout(alpha, gl.SliceLayout(1, wgmma_layout(HALF)))[:, None]
+    # both halves rescaled before either wgmma: O's registers written under an issued wgmma make ptxas wait for it
+    o0 = o0 * a
+    o1 = o1 * a
+    o0 = warpgroup_mma(p, v.slice(W * 2 * HALF, HALF, dim=1), o0, is_async=True)
+    o1 = warpgroup_mma(p, v.slice(W * 2 * HALF + HALF, HALF, dim=1), o1, is_async=True)
+    return o0, o1
+
+
+@gluon.jit
+def _seesaw_settled(o):
+    """A waited accumulator through a register move, at the end of each of WG1's branches: O's loop-carried
+    registers written by a wgmma on either path made ptxas wait for every wgmma before the next pair's rescale of O
+    (C7517, "warpgroup.wait is injected"), i.e. for S_b, issued just before."""
+    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [o], dtype=gl.float32, is_pure=True, pack=1)
+
+
+@gluon.jit
+def _seesaw_publish(p, m_new, k, k_tail, sm: LatentSmem, start_n, n_hi, STAGE: gl.constexpr):
+    """P (S is out: the stage's tail columns take it) and its maxima to the other warpgroup, the stage's rows past
+    the sequence zeroed first (the last tile); P as the register operand of this warpgroup's own P V."""
+    if start_n + BLOCK_N > n_hi:
+        _zero_rows_from(k, n_hi - start_n)
+    p = p.to(k_tail.dtype)
+    k_tail.store(p)
+    sm.m_x.slice(STAGE * HEADS, HEADS).store(m_new)
+    fence_async_shared()
+    mbarrier.arrive(sm.p_ready.index(STAGE), count=1)
+    return gl.convert_layout(p, p_layout(HALF))
+
+
+@gluon.jit
+def _seesaw_take(sm: LatentSmem, o0, o1, m_i, l_i, j, dyn, STAGE: gl.constexpr, W: gl.constexpr):
+    """The other warpgroup's P of the pair's tile in STAGE (pair j): its maxima, O's and l's rescale, P V issued.
+    Returns (o0, o1, the maxima, l)."""
+    rows_layout: gl.constexpr = gl.SliceLayout(1, wgmma_layout(BLOCK_N))
+    mbarrier.wait(sm.p_ready.index(STAGE), j & 1)
+    mbarrier.wait(sm.kv_ready.index(STAGE), j & 1)  # seen through p_ready already; stated for the async proxy
+    m_new = sm.m_x.slice(STAGE * HEADS, HEADS).load(rows_layout)
+    alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
+    v = sm.k.index(STAGE + dyn).reshape([BLOCK_N, LATENT_V])
+    p = sm.k_tail.index(STAGE + dyn).reshape([HEADS, BLOCK_N])
+    o0, o1 = _seesaw_pv(p, v, o0, o1, alpha, W)
+    return o0, o1, m_new, l_i * alpha
+
+
+@gluon.jit
+def _seesaw_first(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockTable, stride_o, stride_lse,
+                  stride_bt, qk_scale, page_size, num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr,
+                  PAGED: gl.constexpr):
+    """SEESAW's WG0: S and P of each pair's first tile (stage 0), both tiles' P V into O's columns [0, 256)."""
+    rows_layout: gl.constexpr = gl.SliceLayout(1, wgmma_layout(BLOCK_N))
+    m_i = gl.full([HEADS], float("-inf"), gl.float32, rows_layout)
+    l_i = gl.zeros([HEADS], gl.float32, rows_layout)
+    o0 = gl.zeros([HEADS, HALF], gl.float32, wgmma_layout(HALF))
+    o1 = gl.zeros([HEADS, HALF], gl.float32, wgmma_layout(HALF))
+    bad_page = w.bits * 0
+    mbarrier.wait(sm.q_bar, 0)
+    n_tiles = gl.cdiv(w.n_hi - w.n_lo, BLOCK_N)
+    for i in range(0, n_tiles, 2):
+        j = i // 2
+        start_n = w.n_lo + i * BLOCK_N
+        dyn = i >> 30  # as in _scores_split, Q's descriptors too
+        q = sm.q.index(dyn).reshape([HEADS, LATENT_V])
+        q_tail = sm.q_tail.index(dyn).reshape([HEADS, CHUNK])
+        k = sm.k.index(dyn).reshape([BLOCK_N, LATENT_V])
+        k_tail = sm.k_tail.index(dyn).reshape([BLOCK_N, CHUNK])
+        mbarrier.wait(sm.kv_ready.index(0), j & 1)
+        s = _issue_s(q, q_tail, k, k_tail)
+        _, _, bad = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
+        bad_page |= bad.to(gl.int32)
+        s = warpgroup_mma_wait(0, deps=[s])
+        p, m_i, alpha = _seesaw_p(s, m_i, start_n, w.n_hi, qk_scale)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        p = _seesaw_publish(p, m_i, k, k_tail, sm, start_n, w.n_hi, 0)
+        o0, o1 = _seesaw_pv(p, k, o0, o1, alpha, 0)
+        # P_a V runs while WG1 makes P_b; stage 0 goes back first (the loader's next tile), then P_b is awaited in
+        # every pair (p_ready[1] comes in a last pair of one tile too: an in-flight wgmma cannot cross an if)
+        o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
+        mbarrier.arrive(sm.kv_empty.index(0), count=1)
+        mbarrier.wait(sm.p_ready.index(1), j & 1)
+        if i + 1 < n_tiles:
+            o0, o1, m_i, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 1, 0)
+            o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
+            mbarrier.arrive(sm.kv_empty.index(1), count=1)
+    _seesaw_finish(0, o0, o1, m_i, l_i, bad_page, sm, w, Out, Lse, Flag, stride_o, stride_lse, FLAG_WORD,
+                   NUM_SPLITS)
+
+
+@gluon.jit
+def _seesaw_second(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockTable, stride_o, stride_lse,
+                   stride_bt, qk_scale, page_size, num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr,
+                   PAGED: gl.constexpr):
+    """SEESAW's WG1: S and P of each pair's second tile (stage 1), both tiles' P V into O's columns [256, 512)."""
+    rows_layout: gl.constexpr = gl.SliceLayout(1, wgmma_layout(BLOCK_N))
+    m_i = gl.full([HEADS], float("-inf"), gl.float32, rows_layout)
+    l_i = gl.zeros([HEADS], gl.float32, rows_layout)
+    o0 = gl.zeros([HEADS, HALF], gl.float32, wgmma_layout(HALF))
+    o1 = gl.zeros([HEADS, HALF], gl.float32, wgmma_layout(HALF))
+    bad_page = w.bits * 0
+    mbarrier.wait(sm.q_bar, 0)
+    n_tiles = gl.cdiv(w.n_hi - w.n_lo, BLOCK_N)
+    for i in range(0, n_tiles, 2):
+        j = i // 2
+        dyn = i >> 30
+        if i + 1 < n_tiles:
+            start_n = w.n_lo + (i + 1) * BLOCK_N
+            q = sm.q.index(dyn).reshape([HEADS, LATENT_V])
+            q_tail = sm.q_tail.index(dyn).reshape([HEADS, CHUNK])
+            k = sm.k.index(1 + dyn).reshape([BLOCK_N, LATENT_V])
+            k_tail = sm.k_tail.index(1 + dyn).reshape([BLOCK_N, CHUNK])
+            mbarrier.wait(sm.kv_ready.index(1), j & 1)
+            s = _issue_s(q, q_tail, k, k_tail)
+            _, _, bad = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
+            bad_page |= bad.to(gl.int32)
+            # P_a V under S_b: S_b's two wgmma groups were committed first
+            o0, o1, m_a, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 0, 1)
+            s = warpgroup_mma_wait(2, deps=[s])
+            p, m_i, beta = _seesaw_p(s, m_a, start_n, w.n_hi, qk_scale)
+            l_i = l_i * beta + gl.sum(p, 1)
+            p = _seesaw_publish(p, m_i, k, k_tail, sm, start_n, w.n_hi, 1)
+            o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
+            mbarrier.arrive(sm.kv_empty.index(0), count=1)
+            o0, o1 = _seesaw_pv(p, k, o0, o1, beta, 1)
+            o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
+            mbarrier.arrive(sm.kv_empty.index(1), count=1)
+            o0 = _seesaw_settled(o0)
+            o1 = _seesaw_settled(o1)
+        else:  # a last pair of one tile: p_ready[1] without P or maxima (WG0 reads neither)
+            o0, o1, m_i, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 0, 1)
+            mbarrier.arrive(sm.p_ready.index(1), count=1)
+            o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
+            mbarrier.arrive(sm.kv_empty.index(0), count=1)
+            o0 = _seesaw_settled(o0)
+            o1 = _seesaw_settled(o1)
+    _seesaw_finish(1, o0, o1, m_i, l_i, bad_page, sm, w, Out, Lse, Flag, stride_o, stride_lse, FLAG_WORD,
+                   NUM_SPLITS)
+
+
+@gluon.jit
+def _seesaw_finish(W: gl.constexpr, o0, o1, m_i, l_i, bad_page, sm: LatentSmem, w: LatentWork, Out, Lse, Flag,
+                   stride_o, stride_lse, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr):
+    """Both warpgroups end at the same maxima; l is the sum of their partial sums (each its own tiles' P), handed
+    over through stats (NaN for a sequence that failed a check); O / l out, WG0 also lse."""
+    rows_layout: gl.constexpr = gl.SliceLayout(1, wgmma_layout(HALF))
+    failed = (w.bits | (bad_page << 4)) != 0
+    if failed:
+        gl.atomic_or(Flag + FLAG_WORD, w.bits | (bad_page << 4))  # both warpgroups may report
+        l_i = gl.full(l_i.shape, float("nan"), gl.float32, l_i.type.layout)
+    sm.stats.slice(W * HEADS, HEADS).store(l_i)
+    fence_async_shared()
+    mbarrier.arrive(sm.done, count=1)
+    mbarrier.wait(sm.done, 0)
+    l_i = sm.stats.slice(0, HEADS).load(rows_layout) + sm.stats.slice(HEADS, HEADS).load(rows_layout)
+    empty = l_i == 0.0
+    _store_half(o0, l_i, empty, Out, stride_o, w, W * 2 * HALF)
+    _store_half(o1, l_i, empty, Out, stride_o, w, W * 2 * HALF + HALF)
+    if W == 0:
+        _store_lse(gl.convert_layout(m_i, rows_layout), l_i, empty, Lse, stride_lse, w, NUM_SPLITS)
 
 
 @gluon.jit
@@ -484,7 +702,7 @@ def latent_decode_kernel(
     nheads, seqlen_q, capacity, cache_rows, num_pages, page_size, qk_scale,
     NUM_SPLITS: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SEQLENS: gl.constexpr, HAS_BATCH_IDX: gl.constexpr,
     PAGED: gl.constexpr, FLAG_WORD: gl.constexpr, VALUE_WGS: gl.constexpr, EARLY_LOAD: gl.constexpr,
-    SCORE_WGS: gl.constexpr = 1,
+    SCORE_WGS: gl.constexpr = 1, SEESAW: gl.constexpr = 0,
 ):
     """Program (query position, batch x 64-head slot, split). q_desc: (batch, seqlen_q, heads, 576) in [1, 1, 64, 64]
     boxes; k_desc: the cache (rows, capacity, 1, 576) or pages (num_pages, page_size, 1, 576) in [1, 64, 1, 64]
@@ -492,14 +710,34 @@ def latent_decode_kernel(
     w = _work(CacheSeqlens, CacheBatchIdx, nheads, seqlen_q, capacity, cache_rows, NUM_SPLITS, HAS_RIGHT,
               HAS_SEQLENS, HAS_BATCH_IDX)
     dtype: gl.constexpr = q_desc.dtype
-    # with SCORE_WGS=2, Q with a leading dim of 1 that the loop indexes by a runtime zero (_scores_split)
-    q_lead: gl.constexpr = [1] if SCORE_WGS == 2 else []
+    # with SCORE_WGS=2 or SEESAW, Q with a leading dim of 1 that the loop indexes by a runtime zero (_scores_split)
+    q_lead: gl.constexpr = [1] if SCORE_WGS == 2 or SEESAW else []
     q_smem = gl.allocate_shared_memory(dtype, q_lead + [1, 1, HEADS, LATENT_V], q_desc.layout)
     q_tail = gl.allocate_shared_memory(dtype, q_lead + [1, 1, HEADS, CHUNK], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, LATENT_V], k_desc.layout)
     k_tail = gl.allocate_shared_memory(dtype, [STAGES, 1, BLOCK_N, 1, CHUNK], k_desc.layout)
     rows: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-    if SCORE_WGS == 2:
+    if SEESAW:
+        # P in the stages' tail columns; m_x the pair's two running maxima, stats the two partial sums; p_ready by
+        # stage (its tile's P and maxima out), kv_empty both consumers', done both sums out
+        stats = gl.allocate_shared_memory(gl.float32, [2 * HEADS], rows)
+        m_x = gl.allocate_shared_memory(gl.float32, [2 * HEADS], rows)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        p_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=1)
+        for s in gl.static_range(STAGES):
+            mbarrier.init(kv_ready.index(s), count=1)
+            mbarrier.init(kv_empty.index(s), count=2)
+            mbarrier.init(p_ready.index(s), count=1)
+        mbarrier.init(done, count=2)
+        fence_async_shared()  # the inits visible to the async proxy (TMA's complete-tx), as CUDA's TMA guide fences
+        # alpha, p_free, m_bar: unused
+        sm = LatentSmem(q_smem, q_tail, k_smem, k_tail, k_tail, m_x, stats, q_bar, kv_ready, kv_empty, p_ready,
+                        done, done, m_x, p_ready)
+    elif SCORE_WGS == 2:
         # P in the stages' tail columns; alpha and p_ready by stage; each scores warpgroup's (m, l) and the maxima
         # they hand over; flat row buffers: slot j at [j x HEADS, + HEADS)
         alpha = gl.allocate_shared_memory(gl.float32, [STAGES * HEADS], rows)
@@ -545,7 +783,15 @@ def latent_decode_kernel(
         sm = LatentSmem(q_smem, q_tail, k_smem, k_tail, p_smem, alpha, stats, q_bar, kv_ready, kv_empty, p_ready,
                         p_free, done, alpha, done)
     # Gluon (3.6) takes the partition list only as a literal: one launch per value-warpgroup count
-    if SCORE_WGS == 2:
+    if SEESAW:
+        gl.warp_specialize([
+            (_seesaw_first, (q_desc, sm, w, Out, Lse, Flag, BlockTable, stride_o, stride_lse, stride_bt, qk_scale,
+                             page_size, num_pages, FLAG_WORD, NUM_SPLITS, PAGED)),
+            (_seesaw_second, (q_desc, sm, w, Out, Lse, Flag, BlockTable, stride_o, stride_lse, stride_bt, qk_scale,
+                              page_size, num_pages, FLAG_WORD, NUM_SPLITS, PAGED)),
+            (_seesaw_loader, (q_desc, k_desc, sm, w, BlockTable, stride_bt, page_size, num_pages, PAGED)),
+        ], [4, 1], [SEESAW_REGS, SEESAW_LOAD_REGS])
+    elif SCORE_WGS == 2:
         gl.warp_specialize([
             (_scores_split, (0, q_desc, k_desc, sm, w, Flag, BlockTable, stride_bt, qk_scale, page_size, num_pages,
                              FLAG_WORD, PAGED)),
@@ -574,7 +820,10 @@ def latent_decode_kernel(
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(kv_ready.index(s))
         mbarrier.invalidate(kv_empty.index(s))
-    if SCORE_WGS == 2:
+    if SEESAW:
+        for s in gl.static_range(STAGES):
+            mbarrier.invalidate(p_ready.index(s))
+    elif SCORE_WGS == 2:
         for s in gl.static_range(STAGES):
             mbarrier.invalidate(p_ready.index(s))
         for s in gl.static_range(2):
