@@ -8,6 +8,13 @@
 KEY=VALUE that of every causal call's changes (CONFIGS_FP8_CAUSAL), which apply over CONFIGS_FP8; --bf16 times the
 bf16 forward on the same grid instead (--set then overrides fwd_sm90.CONFIGS, --set-causal CONFIGS_CAUSAL), for
 changes both kernels share. FLASHATTN2_BACKEND=gluon keeps the calls that "auto" would give Triton on Gluon.
+Rows of FP8 calls on Gluon say whether V was transposed in the kernel (v_transpose: --set V_TRANSPOSE=1 asks for it,
+fwd_sm90.v_transpose_declines says where it cannot apply), e.g. default against it, both orders, at 512-16k:
+
+    S="--seqlens 512 1024 2048 4096 8192 16384 --out /tmp/ab_vt"
+    for t in A B B A; do FLASHATTN2_BACKEND=gluon PYTHONPATH=src python scripts/ab_fp8.py --tag $t $S \
+        --head-dims 128 256 $([ $t = B ] && echo --set V_TRANSPOSE=1); done
+    python scripts/ab_fp8.py --summary /tmp/ab_vt
 """
 
 import argparse
@@ -19,6 +26,7 @@ import torch
 import triton.testing
 
 from flashattn2 import attention_backend, flash_attn_func, quantize_fp8
+from flashattn2.kernels import backends
 
 
 def main() -> None:
@@ -61,6 +69,9 @@ def main() -> None:
                 flops = 4 * 16384 * seqlen * 2048 / (2 if causal else 1)
                 row = {"tag": args.tag, "head_dim": head_dim, "causal": causal, "seqlen": seqlen,
                        "tflops": flops / ms / 1e9, "backend": attention_backend(q8, k8, v8, causal=causal).forward}
+                plans = [p for p in backends._plans.values() if getattr(p, "fp8", False)]  # this shape's: the last
+                if plans and not args.bf16:
+                    row["v_transpose"] = plans[-1].v_transpose
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -101,6 +101,10 @@ VARIANTS = [
     (128, torch.float8_e4m3fn, {"Q_STAGES=2": True, "MAY_SPILL": True}),
     (64, torch.float8_e4m3fn, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True, "Q_STAGES=2": True,
                                "MAY_SPILL": True}),
+    # FP8 with V transposed in the kernel (V_TRANSPOSE: a staging buffer, the producer's four warps transpose), as
+    # the dense causal d128 call's tuning
+    (128, torch.float8_e4m3fn, {"V_TRANSPOSE=1": True, "HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True,
+                                "BLOCK_N=128": True, "STAGES=4": True, "Q_STAGES=2": True}),
     # packed FP8 batches take Triton; 128-key tiles at d256 spill 12-28 bytes (sm_90, triton 3.9's ptxas), and
     # measured faster than 64-key tiles all the same (benchmarks/NOTES.md)
     (256, torch.float8_e4m3fn, {"HAS_LEFT": True, "HAS_RIGHT": True, "MAY_SPILL": True}),
@@ -672,6 +676,93 @@ def test_gluon_fp8_forward_stress(shape, gluon_backend):
     out, lse, _ = flash_attn_func(q8, k8, v8, return_attn_probs=True, q_descale=descales[0], k_descale=descales[1],
                                   v_descale=descales[2], **options)
     _fp8_check(q8, k8, v8, descales, out, lse, **options)
+
+
+def test_v_transpose_rule():
+    # host-side: where the FP8 forward's in-kernel V transpose (V_TRANSPOSE) applies; off in every default tuning
+    from flashattn2.kernels.params import AttnOptions
+    from flashattn2.kernels.sm90 import forward as fwd
+
+    full, causal = AttnOptions(softmax_scale=1.0), AttnOptions(softmax_scale=1.0, window_right=0)
+    assert not any(fwd.default_tuning(d, True, o)["V_TRANSPOSE"] for d in (64, 128, 256) for o in (full, causal))
+    v = torch.empty(2, 1000, 2, 128, dtype=torch.float8_e4m3fn)
+    tuning = dict(fwd.default_tuning(128, True, full), V_TRANSPOSE=True)
+    # d128 non-causal's 256-key tiles and two stages take 224 KB already: no room for a 32 KB staging buffer
+    assert fwd.fp8_smem_bytes(tuning, 128, False) == 224 * 1024
+    assert "staging buffer does not fit" in fwd.v_transpose_declines(tuning, v)
+    for head_dim, options, kb in ((64, full, 192), (64, causal, 192), (128, causal, 208), (256, full, 224),
+                                  (256, causal, 224)):
+        tuning = dict(fwd.default_tuning(head_dim, True, options), V_TRANSPOSE=True)
+        assert fwd.fp8_smem_bytes(tuning, head_dim, True) == kb * 1024
+        why = fwd.v_transpose_declines(tuning, v[..., :head_dim].contiguous() if head_dim <= 128 else
+                                       torch.empty(2, 1000, 2, head_dim, dtype=torch.float8_e4m3fn))
+        assert why is None or "TMA" in why, why  # these CPU tensors have no TMA; the rest of the rule passes
+    two = dict(fwd.default_tuning(64, True, causal), CTAS_PER_SM=2, BLOCK_N=64, STAGES=2)
+    assert "two programs per SM" in fwd.v_transpose_declines(two, v)
+    assert "64-key chunks" in fwd.v_transpose_declines(dict(tuning, BLOCK_N=96), v[..., :128])
+    assert "TMA" in fwd.v_transpose_declines(dict(fwd.default_tuning(128, True, causal), V_TRANSPOSE=True),
+                                             v[0])  # packed
+
+
+# V_TRANSPOSE's shapes: GQA, cut last tiles, one query row, a window, and a long causal call whose programs take
+# several items each (V's staging barrier's phases run on across items)
+V_TRANSPOSE_SHAPES = [
+    (2, 300, 300, 4, 2, {}),
+    (3, 65, 257, 4, 1, {"causal": True}),
+    (1, 1000, 1000, 2, 2, {"causal": True}),
+    (2, 513, 1031, 6, 3, {"window_size": (100, 30)}),
+    (2, 1, 727, 4, 2, {}),
+    (2, 4096, 4096, 8, 2, {"causal": True}),
+]
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("shape", V_TRANSPOSE_SHAPES, ids=lambda s: "x".join(map(str, s[:5])) + "-" + "-".join(s[5]))
+def test_gluon_fp8_forward_v_transpose(shape, head_dim, gluon_backend, monkeypatch):
+    # V transposed in the kernel (V_TRANSPOSE) against float64, both grids (gluon_backend); d128 non-causal's
+    # default 256-key tiles leave no room for the staging buffer (v_transpose_declines), so it runs 128-key tiles
+    from flashattn2 import quantize_fp8
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    configs = {d: dict(c, V_TRANSPOSE=True) for d, c in fwd_sm90.CONFIGS_FP8.items()}
+    configs[128].update(BLOCK_N=128, STAGES=4)
+    monkeypatch.setattr(fwd_sm90, "CONFIGS_FP8", configs)
+    flashattn2.set_backend("gluon")
+    q, k, v, options = _stress_case(*shape[:5], head_dim, shape[5], dtype=torch.bfloat16, requires_grad=False)
+    q8, k8, v8, *descales = quantize_fp8(q, k, v)
+    assert attention_backend(q8, k8, v8, **options).forward == "gluon-sm90"
+    out, lse, _ = flash_attn_func(q8, k8, v8, return_attn_probs=True, q_descale=descales[0], k_descale=descales[1],
+                                  v_descale=descales[2], **options)
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    assert plan.attend.named["V_TRANSPOSE"] and plan.attend.named["IS_FP8"], plan.v_transpose_declined
+    _fp8_check(q8, k8, v8, descales, out, lse, **options)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_v_transpose_falls_back_where_it_cannot_apply(causal, gluon_backend, monkeypatch):
+    # asked for everywhere: d128 non-causal (no room for the staging buffer) keeps the keys-last copy and stays
+    # right; packed FP8 batches stay on the Triton FP8 kernel (can_implement), whatever the tuning
+    from flashattn2 import quantize_fp8
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    monkeypatch.setattr(fwd_sm90, "CONFIGS_FP8", {d: dict(c, V_TRANSPOSE=True)
+                                                  for d, c in fwd_sm90.CONFIGS_FP8.items()})
+    flashattn2.set_backend("gluon")
+    q, k, v, options = _stress_case(2, 700, 700, 4, 2, 128, {"causal": causal}, dtype=torch.bfloat16,
+                                    requires_grad=False)
+    q8, k8, v8, *descales = quantize_fp8(q, k, v)
+    out, lse, _ = flash_attn_func(q8, k8, v8, return_attn_probs=True, q_descale=descales[0], k_descale=descales[1],
+                                  v_descale=descales[2], **options)
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    # causal d128 takes 128-key tiles (CONFIGS_FP8_CAUSAL): there the staging buffer fits
+    assert plan.attend.named["V_TRANSPOSE"] == causal, plan.v_transpose_declined
+    assert causal or "staging buffer does not fit" in plan.v_transpose_declined
+    _fp8_check(q8, k8, v8, descales, out, lse, **options)
+    test_fp8_varlen_takes_the_triton_kernel(causal, None)
 
 
 @pytest.mark.gpu

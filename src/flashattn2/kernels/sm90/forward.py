@@ -17,7 +17,9 @@ IS_FP8 (FlashAttention-3's FP8 path): q, k, v in e4m3 with (batch, kv head) desc
 score scale and the output; P goes to the PV matmul in e4m3, scaled by 2**8, through shared memory.
 FP8 tensor cores read both operands K-major, so each call first copies V keys-last (portable/v_layout.py), keys
 relabelled within each 64 so that P's stores are 16 bytes wide, and loads it as (head_dim, keys) tiles;
-O (bf16) leaves with pointer stores.
+O (bf16) leaves with pointer stores. V_TRANSPOSE (an FP8 tuning key, off by default) drops that copy: the producer
+TMA-loads V as (keys, head_dim) tiles into a staging buffer and its four warps write each, transposed and with the
+same relabelling, into the K-major V stage the PV wgmma reads (_transpose_v; v_transpose_declines says when not).
 
 Masks, score transforms, block ranges and sequence bounds are the portable kernels' @triton.jit
 helpers (they compile inside Gluon), so both backends share one definition of every option.
@@ -37,6 +39,7 @@ from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
 from ..portable.v_layout import RELABEL_KEYS, v_keys_last
+from ..tma import tma_usable
 from .common import (
     _SCALAR,
     WG_M,
@@ -62,6 +65,7 @@ from .gluon_api import (
     gluon,
     mbarrier,
     shared_layout,
+    thread_barrier,
     tma_load,
     tma_store,
     tma_store_wait,
@@ -101,6 +105,10 @@ from .gluon_api import (
 # key tiles (short causal calls); the shared memory must allow it (CONSUMERS=2 only)
 _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2, ITEM_COST=1, Q_STAGES=1,
              LAZY_O_WAIT=False, FREE_REGS=False, CTAS_PER_SM=1)
+# V_TRANSPOSE (FP8): V transposed in the kernel from a one-tile staging buffer instead of the keys-last copy before
+# each call (portable/v_layout.py, ~20 us at 16k tokens x 2048); not measured yet, so off. Where it cannot apply
+# (v_transpose_declines: shared memory, registers, V's strides) the call keeps the copy.
+_FP8 = dict(_GRID, V_TRANSPOSE=False)
 # the tuning keys the host reads (launch grid, schedule): not kernel arguments. FREE_REGS is read by the host too,
 # and passed as an argument the kernel ignores, so that Triton caches the two compiles apart (triton 3.6 keys its
 # cache on the arguments, not on the stage hook)
@@ -113,9 +121,9 @@ CONFIGS = {
 # FP8: K and V tiles take half the bytes, so longer key tiles fit: fewer per-tile steps per key (H100 A/B:
 # benchmarks/NOTES.md). Causal (any right window edge) d128 keeps 128-key tiles: its work items hold few.
 CONFIGS_FP8 = {
-    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, L2_SECTIONS=0, **_GRID),
-    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, L2_SECTIONS=4, **_GRID),
-    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, L2_SECTIONS=0, **_GRID),
+    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, L2_SECTIONS=0, **_FP8),
+    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, L2_SECTIONS=4, **_FP8),
+    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, L2_SECTIONS=0, **_FP8),
 }
 # dense calls with a right window edge (causal), over CONFIGS' entry: the scheduled persistent grid. Against one
 # program per item, d128 causal (SEPARATE_O, 2 stages) 512 / 1k / 2k / 4k / 16k +27 / +19 / +11 / +5 / +3%; d64
@@ -229,6 +237,38 @@ def default_tuning(head_dim: int, fp8: bool, opts: AttnOptions, head_dim_v: int 
     return {**configs[head_dim], **changes}
 
 
+# the shared memory a program may take (sm_90: 227 KB), and what v_transpose_declines keeps free of it for the
+# barriers and the compiler's own (the FP8 kernels take 200-500 bytes over their tiles)
+SMEM_BYTES = 227 * 1024
+SMEM_SPARE = 1024
+
+
+def fp8_smem_bytes(tuning: dict, head_dim: int, v_transpose: bool) -> int:
+    """The FP8 kernel's tiles in shared memory: Q parts, K and V^T stages, two P buffers per consumer, and with
+    V_TRANSPOSE the one (BLOCK_N, head_dim) staging buffer."""
+    block_n, consumers = tuning["BLOCK_N"], tuning["CONSUMERS"]
+    tiles = (tuning["Q_STAGES"] * consumers * int(WG_M) * head_dim + 2 * tuning["STAGES"] * block_n * head_dim
+             + consumers * 2 * int(WG_M) * block_n)
+    return tiles + (block_n * head_dim if v_transpose else 0)
+
+
+def v_transpose_declines(tuning: dict, v: torch.Tensor) -> str | None:
+    """Why an FP8 call whose tuning asks for V_TRANSPOSE keeps the keys-last copy of V all the same, or None: the one
+    rule of where the in-kernel transpose applies (the plan sets the kernel's V_TRANSPOSE from it)."""
+    head_dim = v.shape[-1]
+    if tuning["CTAS_PER_SM"] != 1:
+        return "two programs per SM: the producer has 32 registers, the transpose's chunks need 16 of them and more"
+    chunk = _vt_chunk_layout.fn(head_dim).shape[0]
+    if tuning["BLOCK_N"] % chunk:
+        return f"BLOCK_N={tuning['BLOCK_N']}: the transpose takes {chunk}-key chunks"
+    need = fp8_smem_bytes(tuning, head_dim, True)
+    if need + SMEM_SPARE > SMEM_BYTES:
+        return f"the staging buffer does not fit: {need} bytes of tiles against {SMEM_BYTES - SMEM_SPARE}"
+    if v.dim() != 4 or not tma_usable(v) or common.long_rows(1, v):
+        return "V itself not TMA-readable (packed, strides or 64-bit row offsets)"
+    return None
+
+
 def grid_choice(tuning: dict, right_edge: bool, varlen: bool = False) -> tuple[bool, str]:
     """(a persistent grid, the walk of its items) for a call, popping the tuning's PERSISTENT and
     PERSISTENT_CAUSAL. Calls with a right window edge (causal) keep one program per item unless
@@ -266,7 +306,9 @@ class FwdSmem:
     number is q.shape[0]), the ring of K and V stages, their O parts for the TMA store (the Q parts themselves
     unless SEPARATE_O); and the barriers (q_bar / q_empty: Q loaded / free; k_ready, v_ready: a stage's K, its V;
     kv_empty: a stage's K, then its V, released by every consumer; turn: the ping-pong between two
-    consumers). P's buffers (FP8) are each consumer's own."""
+    consumers). P's buffers (FP8) are each consumer's own. With V_TRANSPOSE, vs is the (keys, head_dim) staging
+    buffer V's TMA fills and vs_ready its expect-tx barrier; v_ready then means the producer's transpose is in
+    (without it, vs and vs_ready alias v and v_ready, unused)."""
     q: gl.shared_memory_descriptor
     k: gl.shared_memory_descriptor
     v: gl.shared_memory_descriptor
@@ -277,9 +319,11 @@ class FwdSmem:
     v_ready: gl.shared_memory_descriptor
     kv_empty: gl.shared_memory_descriptor
     turn: gl.shared_memory_descriptor
+    vs: gl.shared_memory_descriptor
+    vs_ready: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, q, k, v, o, q_bar, q_empty, k_ready, v_ready, kv_empty, turn):
+    def __init__(self, q, k, v, o, q_bar, q_empty, k_ready, v_ready, kv_empty, turn, vs, vs_ready):
         self.q = q
         self.k = k
         self.v = v
@@ -290,6 +334,8 @@ class FwdSmem:
         self.v_ready = v_ready
         self.kv_empty = kv_empty
         self.turn = turn
+        self.vs = vs
+        self.vs_ready = vs_ready
 
 
 @aggregate
@@ -312,11 +358,12 @@ class FwdFlags:
     IS_FP8: gl.constexpr
     SEPARATE_O: gl.constexpr
     LAZY_O_WAIT: gl.constexpr
+    V_TRANSPOSE: gl.constexpr
     P_SHIFT: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI,
-                 REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT):
+                 REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, V_TRANSPOSE=False):
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.BLOCK_D = gl.constexpr(BLOCK_D)
         self.BLOCK_DV = gl.constexpr(BLOCK_DV)
@@ -331,6 +378,7 @@ class FwdFlags:
         self.IS_FP8 = gl.constexpr(IS_FP8)
         self.SEPARATE_O = gl.constexpr(SEPARATE_O)
         self.LAZY_O_WAIT = gl.constexpr(LAZY_O_WAIT)
+        self.V_TRANSPOSE = gl.constexpr(bool(V_TRANSPOSE))
         self.P_SHIFT = gl.constexpr(8.0 if IS_FP8 else 0.0)
 
 
@@ -408,6 +456,7 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
         off_b, off_h, start_m, q_start, n_rows, k_start, _, n_lo, _, _, n_hi, visit = _tile(
             tile, grid, lists, CONSUMERS * WG_M, f)
         if start_m < n_rows:  # else a packed sequence shorter than the longest one
+            item_it = it  # V_TRANSPOSE: this item's first slot, whose V has no earlier one to transpose first
             tma_b = tma_batch(off_b, f.IS_VARLEN)
             off_hk = off_h // grid.group
             # the consumers free a Q stage (it also stages their O unless SEPARATE_O) when their output is out
@@ -430,22 +479,82 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
                 for c in gl.static_range(QK_CHUNKS):
                     tma_load(k_desc, [tma_b, k_start + key_n, off_hk, c * BLOCK_D], sm.k_ready.index(stage),
                              sm.k.index(stage * QK_CHUNKS + c))
-                mbarrier.wait(sm.kv_empty.index(STAGES + stage), phase)
-                mbarrier.expect(sm.v_ready.index(stage), v_desc.block_type.nbytes)
-                if f.IS_FP8:  # V stored (batch, heads, head_dim, keys): a (head_dim, BLOCK_N) tile
-                    tma_load(v_desc, [tma_b, off_hk, 0, k_start + key_n], sm.v_ready.index(stage),
-                             sm.v.index(stage))
+                if f.V_TRANSPOSE:
+                    # the last slot's V (landed under this K's wait) out of the one staging buffer, then this one's in
+                    if it > item_it:
+                        _release_staged_v(sm, it - 1, f)
+                    mbarrier.expect(sm.vs_ready.index(0), v_desc.block_type.nbytes)
+                    tma_load(v_desc, [tma_b, k_start + key_n, off_hk, 0], sm.vs_ready.index(0), sm.vs.index(0))
                 else:
-                    tma_load(v_desc, [tma_b, k_start + key_n, off_hk, 0], sm.v_ready.index(stage),
-                             sm.v.index(stage))
+                    mbarrier.wait(sm.kv_empty.index(STAGES + stage), phase)
+                    mbarrier.expect(sm.v_ready.index(stage), v_desc.block_type.nbytes)
+                    if f.IS_FP8:  # V stored (batch, heads, head_dim, keys): a (head_dim, BLOCK_N) tile
+                        tma_load(v_desc, [tma_b, off_hk, 0, k_start + key_n], sm.v_ready.index(stage),
+                                 sm.v.index(stage))
+                    else:
+                        tma_load(v_desc, [tma_b, k_start + key_n, off_hk, 0], sm.v_ready.index(stage),
+                                 sm.v.index(stage))
                 it += 1
+            if f.V_TRANSPOSE:
+                # the item's last V before the next item's Q: with one Q stage that waits for this item's output
+                if it > item_it:
+                    _release_staged_v(sm, it - 1, f)
             done += 1
+
+
+@gluon.constexpr_function
+def _vt_chunk_layout(head_dim):
+    # registers of a [keys, cols] chunk of staged V for the producer's 4 warps: a thread holds 4 columns of the 16
+    # keys 8j + 2t + i (j < 8, i < 2) that RELABEL_KEYS moves to 16t .. 16t + 15, so it reads 4 bytes a key and
+    # writes 16 bytes a column; cols = 128 (64 keys) or 64 (128 keys): 64 bytes a thread, within the producer's 40
+    # registers
+    cols = min(head_dim, 128)
+    warp = [[0, 32], [0, 64]] if cols == 128 else [[0, 32], [64, 0]]
+    return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [1, 0], [8, 0], [16, 0], [32, 0]],
+                                      lane_bases=[[2, 0], [4, 0], [0, 4], [0, 8], [0, 16]], warp_bases=warp,
+                                      block_bases=[], shape=[8192 // cols, cols])
+
+
+@gluon.jit
+def _transpose_v(src, dst):
+    """Staged V src [BLOCK_N keys, head_dim] -> dst [head_dim, BLOCK_N] (K-major, as the PV wgmma reads FP8's V),
+    keys relabelled within each 64 as P's stores are (v_layout.RELABEL_KEYS), chunk by chunk through registers."""
+    BLOCK_N: gl.constexpr = src.shape[0]
+    HEAD_DIM: gl.constexpr = src.shape[1]
+    layout: gl.constexpr = _vt_chunk_layout(HEAD_DIM)
+    KEYS: gl.constexpr = layout.shape[0]
+    COLS: gl.constexpr = layout.shape[1]
+    for k0 in gl.static_range(0, BLOCK_N, KEYS):
+        for c0 in gl.static_range(0, HEAD_DIM, COLS):
+            x = src.slice(k0, KEYS, 0).slice(c0, COLS, 1).load(layout)
+            # key 8j + 2t + i of each 64 to place 16t + 2j + i: a relabelling of registers, no data moves
+            x = x.reshape([KEYS // 64, 8, 4, 2, COLS]).permute([0, 2, 1, 3, 4]).reshape([KEYS, COLS])
+            dst.slice(c0, COLS, 0).slice(k0, KEYS, 1).store(x.permute([1, 0]))
+
+
+@gluon.jit
+def _release_staged_v(sm: FwdSmem, it, f: FwdFlags):
+    """V_TRANSPOSE: slot it's V, once landed in the staging buffer, into its K-major stage when the consumers are done
+    with that stage's last PV; v_ready then hands it to them, and the staging buffer is free for the next TMA."""
+    stage = it % f.STAGES
+    mbarrier.wait(sm.vs_ready.index(0), ready_phase(it, 1))
+    mbarrier.wait(sm.kv_empty.index(f.STAGES + stage), free_phase(it, f.STAGES))
+    _transpose_v(sm.vs.index(0).reshape([f.BLOCK_N, f.BLOCK_DV]), sm.v.index(stage).reshape([f.BLOCK_DV, f.BLOCK_N]))
+    fence_async_shared()  # each thread's stores visible to the wgmma's async proxy
+    thread_barrier()  # every thread's, before one arrival says so (and their staging reads done before its TMA)
+    mbarrier.arrive(sm.v_ready.index(stage), count=1)
 
 
 @gluon.constexpr_function
 def _value_width(v_block, is_fp8):
     # V's head dim from its descriptor's block: (1, keys, 1, head_dim), FP8's V^T (1, 1, head_dim, keys)
     return v_block[2] if is_fp8 else v_block[3]
+
+
+@gluon.constexpr_function
+def _vt_smem_layout(head_dim, block_n):
+    # V_TRANSPOSE's V^T stages: the layout TMA gives the keys-last copy's (1, 1, head_dim, BLOCK_N) tiles
+    return gl.NVMMASharedLayout.get_default_for([1, 1, head_dim, block_n], gl.float8e4nv)
 
 
 @gluon.constexpr_function
@@ -742,6 +851,7 @@ def attention_fwd_sm90_kernel(
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
     MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, mod_scale=1.0,
     QK_CHUNKS: gl.constexpr = 1, FREE_REGS: gl.constexpr = False, CTAS_PER_SM: gl.constexpr = 1,
+    V_TRANSPOSE: gl.constexpr = False,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -759,11 +869,13 @@ def attention_fwd_sm90_kernel(
     softmax scale, qk_scale then log2(e)) applies to every score before the mask. QK_CHUNKS > 1 (a value head dim
     unlike the query's, MLA's 192/128): q/k_desc hand out 64-column tiles, QK_CHUNKS per row tile, and O leaves
     through pointer stores. FREE_REGS is not read here: it keys the compile made under common.free_registers.
-    CTAS_PER_SM=2: the consumers' registers for two programs per SM (the launch's cap is launch_maxnreg's)."""
+    CTAS_PER_SM=2: the consumers' registers for two programs per SM (the launch's cap is launch_maxnreg's).
+    V_TRANSPOSE (FP8): v_desc hands out (1, BLOCK_N, 1, head_dim) tiles of V itself, which the producer transposes
+    (_release_staged_v), instead of (1, 1, head_dim, BLOCK_N) tiles of its keys-last copy."""
     stride_om, stride_oh = stride_o
     stride_lse_b, stride_lse_h = stride_lse
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]  # Q and K tiles' width (a chunk's with QK_CHUNKS > 1)
-    BLOCK_DV: gl.constexpr = _value_width(v_desc.block_type.shape, IS_FP8)
+    BLOCK_DV: gl.constexpr = _value_width(v_desc.block_type.shape, IS_FP8 and not V_TRANSPOSE)
     dtype: gl.constexpr = q_desc.dtype
     num_m = gl.cdiv(seqlen_q, CONSUMERS * WG_M)
     grid = WorkGrid(num_m, num_m * batch * nheads, section, nheads, group, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
@@ -777,7 +889,13 @@ def attention_fwd_sm90_kernel(
 
     q_smem = gl.allocate_shared_memory(dtype, [Q_STAGES * CONSUMERS * QK_CHUNKS, 1, WG_M, 1, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES * QK_CHUNKS, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
-    if IS_FP8:
+    if IS_FP8 and V_TRANSPOSE:
+        # V's (keys, head_dim) tiles land in one staging buffer, whence the producer writes the V^T stages
+        vs_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_N, 1, BLOCK_D], v_desc.layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_D, BLOCK_N], _vt_smem_layout(BLOCK_D, BLOCK_N))
+        p_smem0 = gl.allocate_shared_memory(dtype, [2, WG_M, BLOCK_N], _p_smem_layout(BLOCK_N))
+        p_smem1 = gl.allocate_shared_memory(dtype, [2, WG_M, BLOCK_N], _p_smem_layout(BLOCK_N))
+    elif IS_FP8:
         # V^T tiles: v_desc is over (batch, heads, head_dim, keys); P: two buffers per consumer
         v_smem = gl.allocate_shared_memory(dtype, [STAGES, 1, 1, BLOCK_D, BLOCK_N], v_desc.layout)
         p_smem0 = gl.allocate_shared_memory(dtype, [2, WG_M, BLOCK_N], _p_smem_layout(BLOCK_N))
@@ -792,6 +910,12 @@ def attention_fwd_sm90_kernel(
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [2 * STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    if IS_FP8 and V_TRANSPOSE:
+        vs_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(vs_ready.index(0), count=1)
+    else:
+        vs_smem = v_smem  # unused
+        vs_ready = v_ready
     for i in gl.static_range(Q_STAGES):
         mbarrier.init(q_bar.index(i), count=1)
         mbarrier.init(q_empty.index(i), count=CONSUMERS)
@@ -808,9 +932,9 @@ def attention_fwd_sm90_kernel(
         o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, WG_M, 1, BLOCK_DV], o_desc.layout)
     else:
         o_smem = q_smem
-    sm = FwdSmem(q_smem, k_smem, v_smem, o_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn)
+    sm = FwdSmem(q_smem, k_smem, v_smem, o_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn, vs_smem, vs_ready)
     f = FwdFlags(BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M,
-                 PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT)
+                 PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, IS_FP8 and V_TRANSPOSE)
     io = FwdOut(Out, Lse, stride_om, stride_oh, stride_lse_b, stride_lse_h, AlibiSlopes, stride_alibi_b, QDescale,
                 KDescale, VDescale, Sink, qk_scale, softcap_in2, softcap_out)
     consumer_regs: gl.constexpr = CONSUMER_REGS if CTAS_PER_SM == 1 else CONSUMER_REGS_TWO_PER_SM
@@ -840,6 +964,8 @@ def attention_fwd_sm90_kernel(
         mbarrier.invalidate(v_ready.index(i))
         mbarrier.invalidate(kv_empty.index(i))
         mbarrier.invalidate(kv_empty.index(STAGES + i))
+    if IS_FP8 and V_TRANSPOSE:
+        mbarrier.invalidate(vs_ready.index(0))
 
 
 def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions,
@@ -922,12 +1048,16 @@ class Sm90ForwardPlan:
             self.v_block = [1, block_n, 1, head_dim_v]
             self.v_layout = shared_layout(self.v_block, q.dtype)
             tuning["QK_CHUNKS"] = qk_chunks
+        self.v_transpose = False
         if fp8:
             if block_n % RELABEL_KEYS:
                 raise ValueError(f"FP8 key tiles hold whole groups of {RELABEL_KEYS} relabelled keys: "
                                  f"BLOCK_N={block_n}")
-            self.v_block = [1, 1, head_dim, block_n]
-            self.v_layout = shared_layout(self.v_block, q.dtype)
+            self.v_transpose_declined = v_transpose_declines(tuning, v) if tuning.get("V_TRANSPOSE") else "not asked"
+            tuning["V_TRANSPOSE"] = self.v_transpose = self.v_transpose_declined is None
+            if not self.v_transpose:  # (head_dim, BLOCK_N) tiles of the keys-last copy; else V's own, as K's
+                self.v_block = [1, 1, head_dim, block_n]
+                self.v_layout = shared_layout(self.v_block, q.dtype)
         named = dict(stride_o=row_strides(torch.empty(self.out_shape, device="meta"), varlen)[1:],
                      stride_lse=lse_strides(torch.empty(self.lse_shape, device="meta"), varlen), batch=batch,
                      nheads=nheads, group=nheads // nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
@@ -945,7 +1075,9 @@ class Sm90ForwardPlan:
         if self.empty:
             return out, lse, None
         cu_q, cu_k, alibi, _ = opts.tensors()
-        if self.fp8:
+        if self.fp8 and self.v_transpose:
+            v_desc, o_desc = descriptor(v, self.v_block, self.v_layout), None  # transposed in the kernel
+        elif self.fp8:
             # (batch, heads, head_dim, keys) with keys padded to and relabelled within 64s (_keep_p)
             vt = v_keys_last(v, multiple=RELABEL_KEYS, relabel=True)
             v_desc = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), self.v_block, self.v_layout)
@@ -979,6 +1111,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     constants = dict(config, HAS_LEFT=False, HAS_RIGHT=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, Schedule=None,
                      Sink=None)
+    constants.setdefault("V_TRANSPOSE", False)  # an FP8 key (CONFIGS_FP8): the others' launches leave it out
     scheduled = flags.pop("SCHEDULED", False)
     sink = flags.pop("SINK", False)
     block_sparse = flags.pop("BLOCK_SPARSE", False)
@@ -1005,7 +1138,8 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     if block_sparse:
         types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
     mod_signature(score_mod, constants, types)
-    descriptors = dict(q_desc=64, k_desc=block_n, v_desc=[1, 1, head_dim, block_n] if fp8 else block_n)
+    v_keys_last_tiles = fp8 and not constants.get("V_TRANSPOSE")
+    descriptors = dict(q_desc=64, k_desc=block_n, v_desc=[1, 1, head_dim, block_n] if v_keys_last_tiles else block_n)
     constants["QK_CHUNKS"] = head_dim // MLA_CHUNK if mla else 1  # a compile-only signature types the rest as int
     if mla:
         constants.update(o_desc=None, QDescale=None, KDescale=None, VDescale=None)

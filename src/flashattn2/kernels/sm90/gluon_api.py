@@ -33,6 +33,8 @@ if AVAILABLE:
     tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
     tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_shared_to_global
     tma_store_wait = tma.store_wait
+    # a barrier of the calling partition's threads: 3.6 thread_barrier(), 3.9 barrier()
+    thread_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
     NVMMASharedLayout = gl.NVMMASharedLayout
     if hasattr(tma, "async_atomic_add"):  # 3.8+
         tma_reduce_add = tma.async_atomic_add
@@ -47,7 +49,7 @@ if AVAILABLE:
             _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
                                                       src.handle)
 else:
-    tma_load = tma_store = tma_store_wait = tma_reduce_add = NVMMASharedLayout = aggregate = None
+    tma_load = tma_store = tma_store_wait = tma_reduce_add = NVMMASharedLayout = aggregate = thread_barrier = None
 
 
 def shared_layout(block_shape: list[int], torch_dtype):
