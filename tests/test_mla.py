@@ -301,22 +301,27 @@ def test_latent_launch_registers():
 
 
 def test_latent_two_scores_warpgroups_by_keys_per_program(monkeypatch):
-    # host-side rule (static shapes, no sync): two scores warpgroups (with two value warpgroups) from
-    # SPLIT_SCORES_FROM keys a program, where they measured faster (benchmarks/NOTES.md, twelfth session)
+    # host-side rule (static shapes, no sync): from SPLIT_SCORES_FROM keys a program, the seesaw for dense caches
+    # and two scores warpgroups (with two value warpgroups) for paged ones, where each measured faster
+    # (benchmarks/NOTES.md, twelfth and seventeenth sessions)
     from flashattn2.kernels import backends
 
     if not backends.GLUON_AVAILABLE:
         pytest.skip("this Triton has no Gluon")
     from flashattn2.kernels.sm90.latent import LATENT_TUNING, tuning_for
 
-    assert LATENT_TUNING["SPLIT_SCORES_FROM"] == 4096
-    for capacity, splits, two in ((4096, 1, True), (65536, 8, True), (4095, 1, False), (16384, 8, False),
-                                  (65536, 66, False)):
-        tuning = tuning_for(capacity, splits)
-        assert "SPLIT_SCORES_FROM" not in tuning  # a host key, not the kernel's
-        assert (tuning["SCORE_WGS"], tuning["VALUE_WGS"]) == ((2, 2) if two else (1, 4)), (capacity, splits)
+    assert LATENT_TUNING["SPLIT_SCORES_FROM"] == 4096 and LATENT_TUNING["SEESAW_DENSE"]
+    for capacity, splits, long in ((4096, 1, True), (65536, 8, True), (4095, 1, False), (16384, 8, False),
+                                   (65536, 66, False)):
+        for paged in (False, True):
+            tuning = tuning_for(capacity, splits, paged)
+            assert "SPLIT_SCORES_FROM" not in tuning and "SEESAW_DENSE" not in tuning  # host keys, not the kernel's
+            expected = (1, 4, 0) if not long else (2, 2, 0) if paged else (1, 4, 1)
+            assert (tuning["SCORE_WGS"], tuning["VALUE_WGS"], tuning["SEESAW"]) == expected, (capacity, splits, paged)
     from flashattn2.kernels.sm90 import latent
 
+    monkeypatch.setattr(latent, "LATENT_TUNING", dict(LATENT_TUNING, SEESAW_DENSE=0))  # the rule's switch
+    assert latent.tuning_for(65536, 1) == dict(VALUE_WGS=2, EARLY_LOAD=True, SCORE_WGS=2, SEESAW=0)
     monkeypatch.setattr(latent, "LATENT_TUNING", dict(LATENT_TUNING, SEESAW=1))  # the seesaw keeps its schedule
     assert latent.tuning_for(65536, 1) == dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=1)
 

@@ -76,18 +76,25 @@ MAXNREG = {4: 96, 2: 168}
 # the other and adds both tiles' P V to its half, its own P from registers. It overrides SCORE_WGS / VALUE_WGS
 # (tuning_for keeps them at the defaults). 12 warps as launched (the loader's warpgroup padded): the cap 168 and
 # setmaxnreg (common.free_registers): consumers SEESAW_REGS, the loader SEESAW_LOAD_REGS.
-LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=0, SPLIT_SCORES_FROM=4096)
-HOST_KEYS = ("SPLIT_SCORES_FROM",)
+# SEESAW_DENSE (a host key): dense calls past SPLIT_SCORES_FROM take SEESAW=1 instead of SCORE_WGS=2. Measured in
+# both orders (2026-11-28, batch 64 at 4k-64k keys and batch 8 at 64k): dense +1 to +5% on the H100 (0.64-0.70 of
+# the copy bandwidth to 0.66-0.74) and +2 to +11% on the H200 in three of four runs (one 16k row -5%); paged -1 to
+# -5% on the H100, so paged calls keep SCORE_WGS=2
+LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=0, SPLIT_SCORES_FROM=4096, SEESAW_DENSE=1)
+HOST_KEYS = ("SPLIT_SCORES_FROM", "SEESAW_DENSE")
 SPLIT_SCORE_REGS, SPLIT_VALUE_REGS = gl.constexpr(96), gl.constexpr(160)
 SEESAW_REGS, SEESAW_LOAD_REGS = gl.constexpr(240), gl.constexpr(24)
 
 
-def tuning_for(capacity: int, num_splits: int) -> dict:
-    """The kernel's constexprs for a call (LATENT_TUNING without its host keys): two scores warpgroups from
-    SPLIT_SCORES_FROM keys a program (static shapes only: no sync)."""
+def tuning_for(capacity: int, num_splits: int, paged: bool = False) -> dict:
+    """The kernel's constexprs for a call (LATENT_TUNING without its host keys): from SPLIT_SCORES_FROM keys a
+    program the seesaw (dense caches, SEESAW_DENSE) or two scores warpgroups (static shapes only: no sync)."""
     tuning = {k: v for k, v in LATENT_TUNING.items() if k not in HOST_KEYS}
     if not tuning.get("SEESAW") and cdiv(capacity, num_splits) >= LATENT_TUNING["SPLIT_SCORES_FROM"]:
-        tuning.update(VALUE_WGS=2, SCORE_WGS=2)
+        if LATENT_TUNING["SEESAW_DENSE"] and not paged:
+            tuning.update(SEESAW=1)
+        else:
+            tuning.update(VALUE_WGS=2, SCORE_WGS=2)
     return tuning
 
 
@@ -886,7 +893,7 @@ class LatentLaunch:
         batch, seqlen_q, nheads, _ = q.shape
         paged = block_table is not None
         num_pages, page_size, capacity, cache_rows = cache_geometry(k_cache, block_table)
-        self.tuning = tuning_for(capacity, num_splits)
+        self.tuning = tuning_for(capacity, num_splits, paged)
         maxnreg, free_regs = launch_registers(self.tuning)
         self.q_block, self.k_block = [1, 1, int(HEADS), int(CHUNK)], [1, int(BLOCK_N), 1, int(CHUNK)]
         self.q_layout = shared_layout(self.q_block, q.dtype)
