@@ -8,12 +8,13 @@
 KEY=VALUE that of every causal call's changes (CONFIGS_FP8_CAUSAL), which apply over CONFIGS_FP8; --bf16 times the
 bf16 forward on the same grid instead (--set then overrides fwd_sm90.CONFIGS, --set-causal CONFIGS_CAUSAL), for
 changes both kernels share. FLASHATTN2_BACKEND=gluon keeps the calls that "auto" would give Triton on Gluon.
-Rows of FP8 calls on Gluon say whether V was transposed in the kernel (v_transpose: --set V_TRANSPOSE=1 asks for it,
-fwd_sm90.v_transpose_declines says where it cannot apply), e.g. default against it, both orders, at 512-16k:
+Rows of FP8 calls on Gluon say whether V was transposed in the kernel (v_transpose: --set V_TRANSPOSE=1 asks for it
+at every length, --set V_TRANSPOSE_ROWS=0 for none, fwd_sm90.v_transpose_declines says where it cannot apply), e.g.
+the keys-last copy against the transpose, both orders, at 512-16k:
 
     S="--seqlens 512 1024 2048 4096 8192 16384 --out /tmp/ab_vt"
-    for t in A B B A; do FLASHATTN2_BACKEND=gluon PYTHONPATH=src python scripts/ab_fp8.py --tag $t $S \
-        --head-dims 128 256 $([ $t = B ] && echo --set V_TRANSPOSE=1); done
+    for t in A B B A; do FLASHATTN2_BACKEND=gluon PYTHONPATH=src python scripts/ab_fp8.py --tag $t $S --head-dims \
+        128 256 $([ $t = B ] && echo --set V_TRANSPOSE=1 || echo --set V_TRANSPOSE_ROWS=0); done
     python scripts/ab_fp8.py --summary /tmp/ab_vt
 """
 

@@ -702,6 +702,17 @@ def test_v_transpose_rule():
     assert "64-key chunks" in fwd.v_transpose_declines(dict(tuning, BLOCK_N=96), v[..., :128])
     assert "TMA" in fwd.v_transpose_declines(dict(fwd.default_tuning(128, True, causal), V_TRANSPOSE=True),
                                              v[0])  # packed
+    # asked for by query rows (V_TRANSPOSE_ROWS: where it measured faster than the keys-last copy), or forced
+    for head_dim, rows in ((64, 512), (128, 1024), (256, 1024)):
+        for options in (full, causal):
+            tuning = fwd.default_tuning(head_dim, True, options)
+            assert fwd.v_transpose_asked(dict(tuning), rows) and not fwd.v_transpose_asked(dict(tuning), rows + 1)
+            popped = dict(tuning)
+            fwd.v_transpose_asked(popped, 1)
+            assert "V_TRANSPOSE_ROWS" not in popped  # a host key, not the kernel's
+            assert fwd.v_transpose_asked(dict(tuning, V_TRANSPOSE=True), 1 << 20)
+            assert not fwd.v_transpose_asked(dict(tuning, V_TRANSPOSE_ROWS=0), 1)
+    assert not fwd.v_transpose_asked(dict(fwd.default_tuning(128, False, full)), 1)  # bf16: no such key
 
 
 # V_TRANSPOSE's shapes: GQA, cut last tiles, one query row, a window, and a long causal call whose programs take

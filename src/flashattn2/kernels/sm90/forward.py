@@ -17,7 +17,8 @@ IS_FP8 (FlashAttention-3's FP8 path): q, k, v in e4m3 with (batch, kv head) desc
 score scale and the output; P goes to the PV matmul in e4m3, scaled by 2**8, through shared memory.
 FP8 tensor cores read both operands K-major, so each call first copies V keys-last (portable/v_layout.py), keys
 relabelled within each 64 so that P's stores are 16 bytes wide, and loads it as (head_dim, keys) tiles;
-O (bf16) leaves with pointer stores. V_TRANSPOSE (an FP8 tuning key, off by default) drops that copy: the producer
+O (bf16) leaves with pointer stores. V_TRANSPOSE (an FP8 tuning key; calls of few query rows, V_TRANSPOSE_ROWS)
+drops that copy: the producer
 TMA-loads V as (keys, head_dim) tiles into a staging buffer and its four warps write each, transposed and with the
 same relabelling, into the K-major V stage the PV wgmma reads (_transpose_v; v_transpose_declines says when not).
 
@@ -106,13 +107,17 @@ from .gluon_api import (
 _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2, ITEM_COST=1, Q_STAGES=1,
              LAZY_O_WAIT=False, FREE_REGS=False, CTAS_PER_SM=1)
 # V_TRANSPOSE (FP8): V transposed in the kernel from a one-tile staging buffer instead of the keys-last copy before
-# each call (portable/v_layout.py, ~20 us at 16k tokens x 2048); not measured yet, so off. Where it cannot apply
-# (v_transpose_declines: shared memory, registers, V's strides) the call keeps the copy.
-_FP8 = dict(_GRID, V_TRANSPOSE=False)
+# each call (portable/v_layout.py, ~20 us at 16k tokens x 2048). Where it cannot apply (v_transpose_declines: shared
+# memory, registers, V's strides) the call keeps the copy. V_TRANSPOSE_ROWS (a host key): calls with at most this
+# many query rows take it, where the copy's fixed cost outweighs the transpose's share of each tile. Against the
+# copy, in both orders (2026-11-28; the second default run): H100 512 rows d64 +11 / +6% (non-causal / causal),
+# d128 causal +39%, d256 +48 / +20%; 1k d64 -2 / 0%, d128 causal +10%, d256 +5 / +6%; 2k d64 -5 / -3%, d128 causal
+# 0%, d256 -3 / -1%. H200 alike at 512-2k; from 4k 0.87-0.95x. (d128 non-causal's 256-key tiles leave no room.)
+_FP8 = dict(_GRID, V_TRANSPOSE=False, V_TRANSPOSE_ROWS=0)
 # the tuning keys the host reads (launch grid, schedule): not kernel arguments. FREE_REGS is read by the host too,
 # and passed as an argument the kernel ignores, so that Triton caches the two compiles apart (triton 3.6 keys its
 # cache on the arguments, not on the stage hook)
-HOST_TUNING_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS", "ITEM_COST")
+HOST_TUNING_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS", "ITEM_COST", "V_TRANSPOSE_ROWS")
 CONFIGS = {
     64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, L2_SECTIONS=0, **_GRID),
     128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, L2_SECTIONS=4, **_GRID),
@@ -121,9 +126,9 @@ CONFIGS = {
 # FP8: K and V tiles take half the bytes, so longer key tiles fit: fewer per-tile steps per key (H100 A/B:
 # benchmarks/NOTES.md). Causal (any right window edge) d128 keeps 128-key tiles: its work items hold few.
 CONFIGS_FP8 = {
-    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, L2_SECTIONS=0, **_FP8),
-    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, L2_SECTIONS=4, **_FP8),
-    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, L2_SECTIONS=0, **_FP8),
+    64: dict(BLOCK_N=256, STAGES=3, PINGPONG=False, L2_SECTIONS=0, **dict(_FP8, V_TRANSPOSE_ROWS=512)),
+    128: dict(BLOCK_N=256, STAGES=2, PINGPONG=True, L2_SECTIONS=4, **dict(_FP8, V_TRANSPOSE_ROWS=1024)),
+    256: dict(BLOCK_N=128, STAGES=2, PINGPONG=False, L2_SECTIONS=0, **dict(_FP8, V_TRANSPOSE_ROWS=1024)),
 }
 # dense calls with a right window edge (causal), over CONFIGS' entry: the scheduled persistent grid. Against one
 # program per item, d128 causal (SEPARATE_O, 2 stages) 512 / 1k / 2k / 4k / 16k +27 / +19 / +11 / +5 / +3%; d64
@@ -250,6 +255,13 @@ def fp8_smem_bytes(tuning: dict, head_dim: int, v_transpose: bool) -> int:
     tiles = (tuning["Q_STAGES"] * consumers * int(WG_M) * head_dim + 2 * tuning["STAGES"] * block_n * head_dim
              + consumers * 2 * int(WG_M) * block_n)
     return tiles + (block_n * head_dim if v_transpose else 0)
+
+
+def v_transpose_asked(tuning: dict, seqlen_q: int) -> bool:
+    """Whether an FP8 call's tuning asks for V_TRANSPOSE: set, or at most V_TRANSPOSE_ROWS query rows (a host key,
+    popped here)."""
+    short = seqlen_q <= tuning.pop("V_TRANSPOSE_ROWS", 0)
+    return bool(tuning.get("V_TRANSPOSE")) or short
 
 
 def v_transpose_declines(tuning: dict, v: torch.Tensor) -> str | None:
@@ -1053,7 +1065,8 @@ class Sm90ForwardPlan:
             if block_n % RELABEL_KEYS:
                 raise ValueError(f"FP8 key tiles hold whole groups of {RELABEL_KEYS} relabelled keys: "
                                  f"BLOCK_N={block_n}")
-            self.v_transpose_declined = v_transpose_declines(tuning, v) if tuning.get("V_TRANSPOSE") else "not asked"
+            asked = v_transpose_asked(tuning, seqlen_q)
+            self.v_transpose_declined = v_transpose_declines(tuning, v) if asked else "not asked"
             tuning["V_TRANSPOSE"] = self.v_transpose = self.v_transpose_declined is None
             if not self.v_transpose:  # (head_dim, BLOCK_N) tiles of the keys-last copy; else V's own, as K's
                 self.v_block = [1, 1, head_dim, block_n]
