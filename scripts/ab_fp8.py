@@ -40,9 +40,11 @@ def main() -> None:
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--seqlens", type=int, nargs="+", default=[4096, 8192, 16384])
     parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--write", type=Path, help="with --summary: STEM.json, STEM.md and STEM.png of the runs")
+    parser.add_argument("--about", default="", help="with --write: the device, versions and date of the runs")
     args = parser.parse_args()
     if args.summary:
-        return summary(args.summary, "bf16" if args.bf16 else "fp8")
+        return summary(args.summary, "bf16" if args.bf16 else "fp8", args.write, args.about)
     from flashattn2.kernels.sm90 import forward as fwd_sm90
 
     for items, table in ((args.set, "CONFIGS" if args.bf16 else "CONFIGS_FP8"),
@@ -80,17 +82,50 @@ def main() -> None:
         f.writelines(json.dumps(r) + "\n" for r in rows)
 
 
-def summary(folder: Path, kind: str = "fp8") -> None:
+def summary(folder: Path, kind: str = "fp8", write: Path | None = None, about: str = "") -> None:
+    """Each shape's TFLOP/s by tag and each tag's mean over A's; with write, the same as a result set (JSON, a
+    markdown table, a PNG of the ratios)."""
     runs: dict = {}
+    rows = []
     for path in sorted(folder.glob(f"ab_{kind}_*.jsonl")):
         for line in path.read_text().splitlines():
             r = json.loads(line)
+            rows.append(r)
             runs.setdefault((r["head_dim"], r["causal"], r["seqlen"]), {}).setdefault(r["tag"], []).append(r["tflops"])
+    lines = []
+    ratios_by_cell: dict = {}
     for (head_dim, causal, seqlen), tags in sorted(runs.items()):
         mean = {t: sum(v) / len(v) for t, v in tags.items()}
         cells = "  ".join(f"{t} " + "/".join(f"{x:.0f}" for x in v) for t, v in sorted(tags.items()))
         ratios = "  ".join(f"{t}/A {mean[t] / mean['A']:.3f}" for t in sorted(mean) if t != "A" and "A" in mean)
-        print(f"d{head_dim} {'causal' if causal else 'full  '} {seqlen:>6}  {cells}  {ratios}")
+        for t in sorted(mean):
+            if t != "A" and "A" in mean:
+                ratios_by_cell.setdefault((head_dim, causal, t), []).append((seqlen, mean[t] / mean["A"]))
+        lines.append(f"d{head_dim} {'causal' if causal else 'full  '} {seqlen:>6}  {cells}  {ratios}")
+        print(lines[-1])
+    if write is None:
+        return
+    write.parent.mkdir(parents=True, exist_ok=True)
+    write.with_suffix(".json").write_text(json.dumps({"about": about, "kind": kind, "rows": rows}, indent=1) + "\n")
+    write.with_suffix(".md").write_text(f"# {kind} A/B ({folder.name})\n\n{about}\n\nTFLOP/s of each run by tag "
+                                        "(tag/A: the means' ratio)\n\n```\n" + "\n".join(lines) + "\n```\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (head_dim, causal, tag), points in sorted(ratios_by_cell.items()):
+        xs, ys = zip(*sorted(points), strict=True)
+        ax.plot(xs, ys, marker="o", label=f"d{head_dim} {'causal' if causal else 'full'} {tag}/A")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("seqlen (16k tokens a batch)")
+    ax.set_ylabel("TFLOP/s over A's")
+    ax.set_title(about[:90], fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(write.with_suffix(".png"), dpi=80)
 
 
 if __name__ == "__main__":
