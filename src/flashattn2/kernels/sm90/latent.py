@@ -77,9 +77,9 @@ MAXNREG = {4: 96, 2: 168}
 # (tuning_for keeps them at the defaults). 12 warps as launched (the loader's warpgroup padded): the cap 168 and
 # setmaxnreg (common.free_registers): consumers SEESAW_REGS, the loader SEESAW_LOAD_REGS.
 # SEESAW_DENSE (a host key): dense calls past SPLIT_SCORES_FROM take SEESAW=1 instead of SCORE_WGS=2. Measured in
-# both orders (2026-11-28, batch 64 at 4k-64k keys and batch 8 at 64k): dense +1 to +5% on the H100 (0.64-0.70 of
-# the copy bandwidth to 0.66-0.74) and +2 to +11% on the H200 in three of four runs (one 16k row -5%); paged -1 to
-# -5% on the H100, so paged calls keep SCORE_WGS=2
+# both orders (2026-11-28, batch 64 at 4k-64k keys and batch 8 at 64k): dense +0.5 to +5% on the H100, two runs
+# (0.64-0.70 of the copy bandwidth to 0.66-0.74), and on the H200, four runs, +2 to +12% in 14 rows of 16 (one
+# level, one -5%); paged 0.85-1.02x on both, so paged calls keep SCORE_WGS=2
 LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=0, SPLIT_SCORES_FROM=4096, SEESAW_DENSE=1)
 HOST_KEYS = ("SPLIT_SCORES_FROM", "SEESAW_DENSE")
 SPLIT_SCORE_REGS, SPLIT_VALUE_REGS = gl.constexpr(96), gl.constexpr(160)
