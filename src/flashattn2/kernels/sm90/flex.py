@@ -70,7 +70,7 @@ def flex_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask, 
     tuning = dict(CONFIGS[head_dim], CONSUMERS=CONSUMERS)
     l2_share = tuning["L2_SECTIONS"]
     for key in HOST_TUNING_KEYS:  # a flex launch runs one program per item, two consumers, the launch's cap
-        del tuning[key]
+        tuning.pop(key, None)
     block_n = tuning["BLOCK_N"]
     section = 1
     if l2_share:
