@@ -707,6 +707,9 @@ def test_v_transpose_rule():
         for options in (full, causal):
             tuning = fwd.default_tuning(head_dim, True, options)
             assert fwd.v_transpose_asked(dict(tuning), rows) and not fwd.v_transpose_asked(dict(tuning), rows + 1)
+            # rows per kv head: a GQA group of 4 from a quarter of the rows
+            assert fwd.v_transpose_asked(dict(tuning), rows // 4, 4)
+            assert not fwd.v_transpose_asked(dict(tuning), rows // 4 + 1, 4)
             popped = dict(tuning)
             fwd.v_transpose_asked(popped, 1)
             assert "V_TRANSPOSE_ROWS" not in popped  # a host key, not the kernel's

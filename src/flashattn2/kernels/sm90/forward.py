@@ -109,7 +109,7 @@ _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUME
 # V_TRANSPOSE (FP8): V transposed in the kernel from a one-tile staging buffer instead of the keys-last copy before
 # each call (portable/v_layout.py, ~20 us at 16k tokens x 2048). Where it cannot apply (v_transpose_declines: shared
 # memory, registers, V's strides) the call keeps the copy. V_TRANSPOSE_ROWS (a host key): calls with at most this
-# many query rows take it, where the copy's fixed cost outweighs the transpose's share of each tile. Against the
+# many query rows per kv head take it, where the copy's cost outweighs the transpose's share of each tile. Against the
 # copy, in both orders (2026-11-28; the second default run): H100 512 rows d64 +11 / +6% (non-causal / causal),
 # d128 causal +39%, d256 +48 / +20%; 1k d64 -2 / 0%, d128 causal +10%, d256 +5 / +6%; 2k d64 -5 / -3%, d128 causal
 # 0%, d256 -3 / -1%. H200 alike at 512-2k; from 4k 0.87-0.95x. (d128 non-causal's 256-key tiles leave no room.)
@@ -257,10 +257,11 @@ def fp8_smem_bytes(tuning: dict, head_dim: int, v_transpose: bool) -> int:
     return tiles + (block_n * head_dim if v_transpose else 0)
 
 
-def v_transpose_asked(tuning: dict, seqlen_q: int) -> bool:
-    """Whether an FP8 call's tuning asks for V_TRANSPOSE: set, or at most V_TRANSPOSE_ROWS query rows (a host key,
-    popped here)."""
-    short = seqlen_q <= tuning.pop("V_TRANSPOSE_ROWS", 0)
+def v_transpose_asked(tuning: dict, seqlen_q: int, group: int = 1) -> bool:
+    """Whether an FP8 call's tuning asks for V_TRANSPOSE: set, or at most V_TRANSPOSE_ROWS query rows per kv head
+    (a host key, popped here). Per kv head: the copy transposes each V tile once, the kernel once per query head of
+    its group (GQA), so the copy's share of a call falls with the group as with the rows; measured on MHA only."""
+    short = seqlen_q * group <= tuning.pop("V_TRANSPOSE_ROWS", 0)
     return bool(tuning.get("V_TRANSPOSE")) or short
 
 
@@ -1065,7 +1066,7 @@ class Sm90ForwardPlan:
             if block_n % RELABEL_KEYS:
                 raise ValueError(f"FP8 key tiles hold whole groups of {RELABEL_KEYS} relabelled keys: "
                                  f"BLOCK_N={block_n}")
-            asked = v_transpose_asked(tuning, seqlen_q)
+            asked = v_transpose_asked(tuning, seqlen_q, nheads // nheads_k)
             self.v_transpose_declined = v_transpose_declines(tuning, v) if asked else "not asked"
             tuning["V_TRANSPOSE"] = self.v_transpose = self.v_transpose_declined is None
             if not self.v_transpose:  # (head_dim, BLOCK_N) tiles of the keys-last copy; else V's own, as K's
