@@ -2,7 +2,7 @@
 instruments every shared-memory access, barrier and async copy and stops the kernel on a race or a barrier misuse.
 Run on an sm_90 GPU:
   python scripts/consan_gluon.py [bwd [N] | latent [KEY=VALUE+...] | persistent | two | fp8 [N] | mla | sinks-mla |
-                                  flex | mla-pass fwd|bwd [sink]]
+                                  flex | mla-pass fwd|bwd [sink] [KEY=VALUE+...]]
 (bwd: the backward alone, its forward on Triton; latent: the latent-cache decoding kernel, with a LATENT_TUNING over its
 defaults such as VALUE_WGS=2+SCORE_WGS=2; persistent: only the forward shape whose programs loop over several work
 items, the slowest under ConSan; two: d64 forwards with two programs per SM, CTAS_PER_SM=2; fp8: FP8 forwards on the
@@ -78,6 +78,14 @@ if sys.argv[1:2] == ["mla-pass"]:
     import time
 
     part, with_sink = sys.argv[2], "sink" in sys.argv[3:]
+    # KEY=VALUE (joined with +): the backward's CONFIGS_MLA entry changed, e.g. STAGES=2, whose instrumented build
+    # ptxas finishes (10 MB of PTX, 4 CPU-minutes at -O1) where the default's three stages (18.7 MB) ran past 26
+    # minutes on the device (benchmarks/NOTES.md, seventeenth session)
+    from flashattn2.kernels.sm90 import backward as bwd_sm90
+
+    for item in (x for arg in sys.argv[3:] if "=" in arg for x in arg.split("+")):
+        key, value = item.split("=")
+        bwd_sm90.CONFIGS_MLA[(192, 128)] = dict(bwd_sm90.CONFIGS_MLA[(192, 128)], **{key: int(value)})
     n = int(os.environ.get("MLA_SEQLEN", "130"))  # the backward under ConSan takes minutes per tile
     torch.manual_seed(0)
     q = torch.randn(1, n, 2, 192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -88,8 +96,8 @@ if sys.argv[1:2] == ["mla-pass"]:
     t0 = time.time()
     err = gluon_against_triton((q, k, v) + ((sink,) if with_sink else ()), dout, part, causal=True,
                                learnable_sink=sink)
-    print(f"consan clean (192/128 {part}, sink={with_sink}): b1 s{n} h2/1 causal, max |gluon - triton| {err:.2e}, "
-          f"{time.time() - t0:.0f} s", flush=True)
+    print(f"consan clean (192/128 {part}, sink={with_sink}, {bwd_sm90.CONFIGS_MLA[(192, 128)]}): b1 s{n} h2/1 "
+          f"causal, max |gluon - triton| {err:.2e}, {time.time() - t0:.0f} s", flush=True)
     sys.exit(0)
 
 # "bwd N" / "fp8 N": only shape N of the mode's list, so that its shapes can run side by side
