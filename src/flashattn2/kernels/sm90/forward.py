@@ -110,9 +110,10 @@ _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUME
 # each call (portable/v_layout.py, ~20 us at 16k tokens x 2048). Where it cannot apply (v_transpose_declines: shared
 # memory, registers, V's strides) the call keeps the copy. V_TRANSPOSE_ROWS (a host key): calls with at most this
 # many query rows per kv head take it, where the copy's cost outweighs the transpose's share of each tile. Against the
-# copy, in both orders (2026-11-28; the second default run): H100 512 rows d64 +11 / +6% (non-causal / causal),
-# d128 causal +39%, d256 +48 / +20%; 1k d64 -2 / 0%, d128 causal +10%, d256 +5 / +6%; 2k d64 -5 / -3%, d128 causal
-# 0%, d256 -3 / -1%. H200 alike at 512-2k; from 4k 0.87-0.95x. (d128 non-causal's 256-key tiles leave no room.)
+# copy, in both orders (2026-11-28; the second default run): H100 512 rows d64 +11 / +7% (non-causal / causal),
+# d128 causal +38%, d256 +49 / +21%; 1k d64 -2 / +1%, d128 causal +10%, d256 +5 / +6%; 2k d64 -5 / -3%, d128 causal
+# +1%, d256 -3%. H200: 512 +4 to +14%, 1k d64 -3%, d128 / d256 +1 to +5%, from 2k 0.88-0.98x. (d128 non-causal's
+# 256-key tiles leave no room.)
 _FP8 = dict(_GRID, V_TRANSPOSE=False, V_TRANSPOSE_ROWS=0)
 # the tuning keys the host reads (launch grid, schedule): not kernel arguments. FREE_REGS is read by the host too,
 # and passed as an argument the kernel ignores, so that Triton caches the two compiles apart (triton 3.6 keys its
