@@ -589,30 +589,45 @@ def _seesaw_take(sm: LatentSmem, o0, o1, m_i, l_i, j, dyn, STAGE: gl.constexpr, 
 
 
 @gluon.jit
-def _seesaw_first(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockTable, stride_o, stride_lse,
-                  stride_bt, qk_scale, page_size, num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr,
-                  PAGED: gl.constexpr):
-    """SEESAW's WG0: S and P of each pair's first tile (stage 0), both tiles' P V into O's columns [0, 256)."""
+def _seesaw_start(sm: LatentSmem, w: LatentWork):
+    """A consumer's state before its first pair: (running maxima, sums, O's two halves, failed page reads, the
+    range's tiles), once Q is in."""
     rows_layout: gl.constexpr = gl.SliceLayout(1, wgmma_layout(BLOCK_N))
     m_i = gl.full([HEADS], float("-inf"), gl.float32, rows_layout)
     l_i = gl.zeros([HEADS], gl.float32, rows_layout)
     o0 = gl.zeros([HEADS, HALF], gl.float32, wgmma_layout(HALF))
     o1 = gl.zeros([HEADS, HALF], gl.float32, wgmma_layout(HALF))
-    bad_page = w.bits * 0
     mbarrier.wait(sm.q_bar, 0)
-    n_tiles = gl.cdiv(w.n_hi - w.n_lo, BLOCK_N)
+    return m_i, l_i, o0, o1, w.bits * 0, gl.cdiv(w.n_hi - w.n_lo, BLOCK_N)
+
+
+@gluon.jit
+def _seesaw_s(sm: LatentSmem, w: LatentWork, j, dyn, start_n, bad_page, BlockTable, stride_bt, page_size, num_pages,
+              STAGE: gl.constexpr, PAGED: gl.constexpr):
+    """S of pair j's tile in STAGE issued once it has landed (dyn: the loop's runtime zero for the descriptors), and
+    its page's check: (S in flight, the tile's two buffers, the failed page reads)."""
+    q = sm.q.index(dyn).reshape([HEADS, LATENT_V])
+    q_tail = sm.q_tail.index(dyn).reshape([HEADS, CHUNK])
+    k = sm.k.index(STAGE + dyn).reshape([BLOCK_N, LATENT_V])
+    k_tail = sm.k_tail.index(STAGE + dyn).reshape([BLOCK_N, CHUNK])
+    mbarrier.wait(sm.kv_ready.index(STAGE), j & 1)
+    s = _issue_s(q, q_tail, k, k_tail)
+    _, _, bad = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
+    return s, k, k_tail, bad_page | bad.to(gl.int32)
+
+
+@gluon.jit
+def _seesaw_first(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockTable, stride_o, stride_lse,
+                  stride_bt, qk_scale, page_size, num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr,
+                  PAGED: gl.constexpr):
+    """SEESAW's WG0: S and P of each pair's first tile (stage 0), both tiles' P V into O's columns [0, 256)."""
+    m_i, l_i, o0, o1, bad_page, n_tiles = _seesaw_start(sm, w)
     for i in range(0, n_tiles, 2):
         j = i // 2
         start_n = w.n_lo + i * BLOCK_N
         dyn = i >> 30  # as in _scores_split, Q's descriptors too
-        q = sm.q.index(dyn).reshape([HEADS, LATENT_V])
-        q_tail = sm.q_tail.index(dyn).reshape([HEADS, CHUNK])
-        k = sm.k.index(dyn).reshape([BLOCK_N, LATENT_V])
-        k_tail = sm.k_tail.index(dyn).reshape([BLOCK_N, CHUNK])
-        mbarrier.wait(sm.kv_ready.index(0), j & 1)
-        s = _issue_s(q, q_tail, k, k_tail)
-        _, _, bad = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
-        bad_page |= bad.to(gl.int32)
+        s, k, k_tail, bad_page = _seesaw_s(sm, w, j, dyn, start_n, bad_page, BlockTable, stride_bt, page_size,
+                                           num_pages, 0, PAGED)
         s = warpgroup_mma_wait(0, deps=[s])
         p, m_i, alpha = _seesaw_p(s, m_i, start_n, w.n_hi, qk_scale)
         l_i = l_i * alpha + gl.sum(p, 1)
@@ -636,27 +651,14 @@ def _seesaw_second(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockT
                    stride_bt, qk_scale, page_size, num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr,
                    PAGED: gl.constexpr):
     """SEESAW's WG1: S and P of each pair's second tile (stage 1), both tiles' P V into O's columns [256, 512)."""
-    rows_layout: gl.constexpr = gl.SliceLayout(1, wgmma_layout(BLOCK_N))
-    m_i = gl.full([HEADS], float("-inf"), gl.float32, rows_layout)
-    l_i = gl.zeros([HEADS], gl.float32, rows_layout)
-    o0 = gl.zeros([HEADS, HALF], gl.float32, wgmma_layout(HALF))
-    o1 = gl.zeros([HEADS, HALF], gl.float32, wgmma_layout(HALF))
-    bad_page = w.bits * 0
-    mbarrier.wait(sm.q_bar, 0)
-    n_tiles = gl.cdiv(w.n_hi - w.n_lo, BLOCK_N)
+    m_i, l_i, o0, o1, bad_page, n_tiles = _seesaw_start(sm, w)
     for i in range(0, n_tiles, 2):
         j = i // 2
         dyn = i >> 30
         if i + 1 < n_tiles:
             start_n = w.n_lo + (i + 1) * BLOCK_N
-            q = sm.q.index(dyn).reshape([HEADS, LATENT_V])
-            q_tail = sm.q_tail.index(dyn).reshape([HEADS, CHUNK])
-            k = sm.k.index(1 + dyn).reshape([BLOCK_N, LATENT_V])
-            k_tail = sm.k_tail.index(1 + dyn).reshape([BLOCK_N, CHUNK])
-            mbarrier.wait(sm.kv_ready.index(1), j & 1)
-            s = _issue_s(q, q_tail, k, k_tail)
-            _, _, bad = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
-            bad_page |= bad.to(gl.int32)
+            s, k, k_tail, bad_page = _seesaw_s(sm, w, j, dyn, start_n, bad_page, BlockTable, stride_bt, page_size,
+                                               num_pages, 1, PAGED)
             # P_a V under S_b: S_b's two wgmma groups were committed first
             o0, o1, m_a, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 0, 1)
             s = warpgroup_mma_wait(2, deps=[s])
