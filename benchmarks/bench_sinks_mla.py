@@ -149,7 +149,8 @@ def mla(rows, items=("128-key",)):
         del q, k, v, qt, kt, vt, q2, k2, v2
 
 
-def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65536), heads=128):
+def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65536), heads=128,
+           layouts=("dense", "paged 64")):
     from bench_decode import copy_bandwidth, paged
     from bench_fp8 import matmul_rates
     from flashattn2 import flash_attn_with_kvcache
@@ -171,7 +172,7 @@ def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65
             kv = _rand(batch, cache, 1, 576, grad=False)
             q = _rand(batch, 1, heads, 576, grad=False)
             seqlens = torch.full((batch,), cache, device="cuda", dtype=torch.int32)
-            for layout in ("dense", "paged 64"):
+            for layout in layouts:
                 if layout == "dense":
                     k_cache, table = kv, None
                 else:
@@ -256,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latent-backends", default="auto",
                         help="backends timed in turn on each latent row, comma-separated: auto, triton, gluon, or "
                         "gluon:VALUE_WGS=2 (a Gluon latent tuning over its defaults; several keys joined with +)")
+    parser.add_argument("--latent-batches", default="1,8,64", help="the latent rows' batch sizes, comma-separated")
+    parser.add_argument("--latent-layouts", default="dense,paged 64",
+                        help="the latent rows' cache layouts, comma-separated: dense, paged 64")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: this benchmark needs one", file=sys.stderr)
@@ -266,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "mla"):
         mla(rows, tuple(args.mla_items.split(",")))
     if args.only in (None, "latent"):
-        latent(rows, tuple(args.latent_backends.split(",")))
+        latent(rows, tuple(args.latent_backends.split(",")), tuple(int(b) for b in args.latent_batches.split(",")),
+               layouts=tuple(args.latent_layouts.split(",")))
     save(rows, write, argv, "python benchmarks/bench_sinks_mla.py", start, args.out_dir, args.tag)
     return 0
 

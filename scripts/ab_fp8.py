@@ -73,8 +73,8 @@ def main() -> None:
                 row = {"tag": args.tag, "head_dim": head_dim, "causal": causal, "seqlen": seqlen,
                        "tflops": flops / ms / 1e9, "backend": attention_backend(q8, k8, v8, causal=causal).forward}
                 plans = [p for p in backends._plans.values() if getattr(p, "fp8", False)]  # this shape's: the last
-                if plans and not args.bf16:
-                    row["v_transpose"] = plans[-1].v_transpose
+                if plans and not args.bf16 and row["backend"] == "gluon":  # the Triton kernel has no such plan
+                    row["v_transpose"] = getattr(plans[-1], "v_transpose", None)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     args.out.mkdir(parents=True, exist_ok=True)
