@@ -300,27 +300,25 @@ def test_latent_launch_registers():
     assert launch_registers(dict(LATENT_TUNING, SEESAW=1, SCORE_WGS=2)) == (168, True)
 
 
-def test_latent_two_scores_warpgroups_by_keys_per_program(monkeypatch):
-    # host-side rule (static shapes, no sync): from SPLIT_SCORES_FROM keys a program, the seesaw for dense caches
-    # and two scores warpgroups (with two value warpgroups) for paged ones, where each measured faster
-    # (benchmarks/NOTES.md, twelfth and seventeenth sessions)
+def test_latent_seesaw_by_keys_per_program(monkeypatch):
+    # host-side rule (static shapes, no sync): from SPLIT_SCORES_FROM keys a program the seesaw, dense or paged,
+    # where it measured faster than two scores warpgroups (benchmarks/NOTES.md, seventeenth and eighteenth sessions)
     from flashattn2.kernels import backends
 
     if not backends.GLUON_AVAILABLE:
         pytest.skip("this Triton has no Gluon")
     from flashattn2.kernels.sm90.latent import LATENT_TUNING, tuning_for
 
-    assert LATENT_TUNING["SPLIT_SCORES_FROM"] == 4096 and LATENT_TUNING["SEESAW_DENSE"]
+    assert LATENT_TUNING["SPLIT_SCORES_FROM"] == 4096 and LATENT_TUNING["SEESAW_LONG"]
     for capacity, splits, long in ((4096, 1, True), (65536, 8, True), (4095, 1, False), (16384, 8, False),
                                    (65536, 66, False)):
-        for paged in (False, True):
-            tuning = tuning_for(capacity, splits, paged)
-            assert "SPLIT_SCORES_FROM" not in tuning and "SEESAW_DENSE" not in tuning  # host keys, not the kernel's
-            expected = (1, 4, 0) if not long else (2, 2, 0) if paged else (1, 4, 1)
-            assert (tuning["SCORE_WGS"], tuning["VALUE_WGS"], tuning["SEESAW"]) == expected, (capacity, splits, paged)
+        tuning = tuning_for(capacity, splits)
+        assert "SPLIT_SCORES_FROM" not in tuning and "SEESAW_LONG" not in tuning  # host keys, not the kernel's
+        expected = (1, 4, 1) if long else (1, 4, 0)
+        assert (tuning["SCORE_WGS"], tuning["VALUE_WGS"], tuning["SEESAW"]) == expected, (capacity, splits)
     from flashattn2.kernels.sm90 import latent
 
-    monkeypatch.setattr(latent, "LATENT_TUNING", dict(LATENT_TUNING, SEESAW_DENSE=0))  # the rule's switch
+    monkeypatch.setattr(latent, "LATENT_TUNING", dict(LATENT_TUNING, SEESAW_LONG=0))  # the rule's switch
     assert latent.tuning_for(65536, 1) == dict(VALUE_WGS=2, EARLY_LOAD=True, SCORE_WGS=2, SEESAW=0)
     monkeypatch.setattr(latent, "LATENT_TUNING", dict(LATENT_TUNING, SEESAW=1))  # the seesaw keeps its schedule
     assert latent.tuning_for(65536, 1) == dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=1)

@@ -76,22 +76,23 @@ MAXNREG = {4: 96, 2: 168}
 # the other and adds both tiles' P V to its half, its own P from registers. It overrides SCORE_WGS / VALUE_WGS
 # (tuning_for keeps them at the defaults). 12 warps as launched (the loader's warpgroup padded): the cap 168 and
 # setmaxnreg (common.free_registers): consumers SEESAW_REGS, the loader SEESAW_LOAD_REGS.
-# SEESAW_DENSE (a host key): dense calls past SPLIT_SCORES_FROM take SEESAW=1 instead of SCORE_WGS=2. Measured in
-# both orders (2026-11-28, batch 64 at 4k-64k keys and batch 8 at 64k): dense +0.5 to +5% on the H100, two runs
-# (0.64-0.70 of the copy bandwidth to 0.66-0.74), and on the H200, four runs, +2 to +12% in 14 rows of 16 (one
-# level, one -5%); paged 0.85-1.02x on both, so paged calls keep SCORE_WGS=2
-LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=0, SPLIT_SCORES_FROM=4096, SEESAW_DENSE=1)
-HOST_KEYS = ("SPLIT_SCORES_FROM", "SEESAW_DENSE")
+# SEESAW_LONG (a host key): calls past SPLIT_SCORES_FROM take SEESAW=1 instead of SCORE_WGS=2. Dense, measured in
+# both orders (2026-11-28, batch 64 at 4k-64k keys and batch 8 at 64k): +0.5 to +5% on the H100, two runs (0.64-0.70
+# of the copy bandwidth to 0.66-0.74), and on the H200, four runs, +2 to +12% in 14 rows of 16. Paged, once the
+# loader read the block table before its stage wait (_load_tile; eighteenth session): against SCORE_WGS=2 at batch
+# 64, H100 two runs 0 to +10% (6 of 6 rows level or faster), H200 four runs +3 to +8% in 10 rows of 12
+LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=0, SPLIT_SCORES_FROM=4096, SEESAW_LONG=1)
+HOST_KEYS = ("SPLIT_SCORES_FROM", "SEESAW_LONG")
 SPLIT_SCORE_REGS, SPLIT_VALUE_REGS = gl.constexpr(96), gl.constexpr(160)
 SEESAW_REGS, SEESAW_LOAD_REGS = gl.constexpr(240), gl.constexpr(24)
 
 
-def tuning_for(capacity: int, num_splits: int, paged: bool = False) -> dict:
+def tuning_for(capacity: int, num_splits: int) -> dict:
     """The kernel's constexprs for a call (LATENT_TUNING without its host keys): from SPLIT_SCORES_FROM keys a
-    program the seesaw (dense caches, SEESAW_DENSE) or two scores warpgroups (static shapes only: no sync)."""
+    program the seesaw (SEESAW_LONG) or two scores warpgroups (static shapes only: no sync)."""
     tuning = {k: v for k, v in LATENT_TUNING.items() if k not in HOST_KEYS}
     if not tuning.get("SEESAW") and cdiv(capacity, num_splits) >= LATENT_TUNING["SPLIT_SCORES_FROM"]:
-        if LATENT_TUNING["SEESAW_DENSE"] and not paged:
+        if LATENT_TUNING["SEESAW_LONG"]:
             tuning.update(SEESAW=1)
         else:
             tuning.update(VALUE_WGS=2, SCORE_WGS=2)
@@ -236,8 +237,9 @@ def _load_tile(k_desc, sm: LatentSmem, w: LatentWork, i, BlockTable, stride_bt, 
     start_n = w.n_lo + i * BLOCK_N
     if start_n < w.n_hi:
         stage = i % STAGES
-        mbarrier.wait(sm.kv_empty.index(stage), free_phase(i, STAGES))
+        # the block table's entry before the wait: its load's latency under the wait, not between it and the TMA
         outer, row, _ = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
+        mbarrier.wait(sm.kv_empty.index(stage), free_phase(i, STAGES))
         bar = sm.kv_ready.index(stage)
         mbarrier.expect(bar, (MAIN + 1) * k_desc.block_type.nbytes)
         for c in gl.static_range(MAIN):
@@ -895,7 +897,7 @@ class LatentLaunch:
         batch, seqlen_q, nheads, _ = q.shape
         paged = block_table is not None
         num_pages, page_size, capacity, cache_rows = cache_geometry(k_cache, block_table)
-        self.tuning = tuning_for(capacity, num_splits, paged)
+        self.tuning = tuning_for(capacity, num_splits)
         maxnreg, free_regs = launch_registers(self.tuning)
         self.q_block, self.k_block = [1, 1, int(HEADS), int(CHUNK)], [1, int(BLOCK_N), 1, int(CHUNK)]
         self.q_layout = shared_layout(self.q_block, q.dtype)
