@@ -184,8 +184,10 @@ AUTO_D64_CAUSAL_MIN_ROWS = 8192
 # FP8 causal calls with fewer query rows than this (per head dim) ran faster on the Triton FP8 kernel: their
 # work items hold few key tiles, so this kernel's pipeline fill and drain show (H100, NOTES.md). With the scheduled
 # grid (2026-11-24) d64 overtook it from 4k (410 against 384); with two Q stages (2026-11-25) d64 at 2k is level
-# (318 against 314), d128 at 1k ahead (350 against 339), at 512 not (206 against 216)
-AUTO_FP8_CAUSAL_MIN_ROWS = {64: 4096, 128: 1024, 256: 0}
+# (318 against 314), d128 at 1k ahead (350 against 339), at 512 not (206 against 216). With V_TRANSPOSE (2026-11-28,
+# Gluon / Triton, two runs each): d64 512 / 1k / 2k 0.96 / 0.94 / 1.00 (H100), 0.92 / 0.93 / 1.02 (H200), 4k 1.13 and
+# 1.15; d128 1.10-1.23 from 256 rows (H100), 1.11-1.13 at 512-1k (H200). d64 at 256 read 1.11 (H100): not kept here
+AUTO_FP8_CAUSAL_MIN_ROWS = {64: 2048, 128: 0, 256: 0}
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
