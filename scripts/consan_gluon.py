@@ -1,14 +1,14 @@
 """Triton's concurrency sanitizer (ConSan) over the Gluon forward and backward kernels on a few shapes: it
 instruments every shared-memory access, barrier and async copy and stops the kernel on a race or a barrier misuse.
 Run on an sm_90 GPU:
-  python scripts/consan_gluon.py [bwd [N] | latent [KEY=VALUE+...] | persistent | two | fp8 [N] | mla | sinks-mla |
-                                  flex | mla-pass fwd|bwd [sink] [KEY=VALUE+...]]
-(bwd: the backward alone, its forward on Triton; latent: the latent-cache decoding kernel, with a LATENT_TUNING over its
-defaults such as VALUE_WGS=2+SCORE_WGS=2; persistent: only the forward shape whose programs loop over several work
-items, the slowest under ConSan; two: d64 forwards with two programs per SM, CTAS_PER_SM=2; fp8: FP8 forwards on the
-persistent grid; N: only that shape of bwd's or fp8's list, so that shapes can run side by side; mla, sinks-mla, flex:
-scripts/sanitize.py's family of that name; mla-pass: one pass of the 192/128 kernels on a small shape, MLA_SEQLEN
-tokens)"""
+  python scripts/consan_gluon.py [bwd [N] | latent [paged] [KEY=VALUE+...] | persistent | two | fp8 [N] | mla |
+                                  sinks-mla | flex | mla-pass fwd|bwd [sink] [KEY=VALUE+...]]
+(bwd: the backward alone, its forward on Triton; latent: the latent-cache decoding kernel (paged: over a shuffled page
+table), with a LATENT_TUNING over its defaults such as VALUE_WGS=2+SCORE_WGS=2; persistent: only the forward shape whose
+programs loop over several work items, the slowest under ConSan; two: d64 forwards with two programs per SM,
+CTAS_PER_SM=2; fp8: FP8 forwards on the persistent grid; N: only that shape of bwd's or fp8's list, so that shapes can
+run side by side; mla, sinks-mla, flex: scripts/sanitize.py's family of that name; mla-pass: one pass of the 192/128
+kernels on a small shape, MLA_SEQLEN tokens)"""
 
 import os
 import sys
@@ -107,7 +107,10 @@ if sys.argv[1:2] == ["latent"]:
     from flashattn2 import flash_attn_with_kvcache
     from flashattn2.kernels.sm90 import latent
 
-    for item in (sys.argv[2].split("+") if len(sys.argv) > 2 else []):
+    args = sys.argv[2:]
+    paged = "paged" in args  # the cache in 64-row pages, shuffled
+    tuning = [a for a in args if a != "paged"]
+    for item in tuning[0].split("+") if tuning else []:
         key, value = item.split("=")
         latent.LATENT_TUNING = dict(latent.LATENT_TUNING, **{key: int(value)})
 
@@ -115,16 +118,21 @@ if sys.argv[1:2] == ["latent"]:
     cache = torch.randn(2, 256, 1, 576, device="cuda", dtype=torch.bfloat16)
     seqlens = torch.tensor([37, 200], device="cuda", dtype=torch.int32)
     q = torch.randn(2, 1, 128, 576, device="cuda", dtype=torch.bfloat16)
+    table = None
+    if paged:
+        order = torch.randperm(8, device="cuda")
+        cache = cache.reshape(8, 64, 1, 576)[torch.argsort(order)]  # batch b's page p at slot order[4b + p]
+        table = order.reshape(2, 4).to(torch.int32)
     for num_splits in (1, 3):
         results = {}
         for backend in ("gluon", "triton"):
             flashattn2.set_backend(backend)
             results[backend] = flash_attn_with_kvcache(q, cache, cache[..., :512], cache_seqlens=seqlens,
-                                                       num_splits=num_splits)
+                                                       num_splits=num_splits, block_table=table)
             torch.cuda.synchronize()
         err = (results["gluon"].float() - results["triton"].float()).abs().max().item()
-        print(f"consan clean (latent decoding, {latent.LATENT_TUNING}): splits={num_splits}, max |gluon - triton| "
-              f"{err:.2e}", flush=True)
+        print(f"consan clean (latent decoding{', paged' if paged else ''}, {latent.LATENT_TUNING}): "
+              f"splits={num_splits}, max |gluon - triton| {err:.2e}", flush=True)
     sys.exit(0)
 
 if sys.argv[1:2] == ["fp8"]:
