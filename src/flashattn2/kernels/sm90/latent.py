@@ -80,7 +80,7 @@ MAXNREG = {4: 96, 2: 168}
 # both orders (2026-11-28, batch 64 at 4k-64k keys and batch 8 at 64k): +0.5 to +5% on the H100, two runs (0.64-0.70
 # of the copy bandwidth to 0.66-0.74), and on the H200, four runs, +2 to +12% in 14 rows of 16. Paged, once the
 # loader read the block table before its stage wait (_load_tile; eighteenth session): against SCORE_WGS=2 at batch
-# 64, H100 two runs 0 to +10% (6 of 6 rows level or faster), H200 four runs +3 to +8% in 10 rows of 12
+# 64, H100 two runs 0 to +11% (6 of 6 rows level or faster), H200 four runs +3 to +9% in 11 rows of 12 (one -5%)
 LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=0, SPLIT_SCORES_FROM=4096, SEESAW_LONG=1)
 HOST_KEYS = ("SPLIT_SCORES_FROM", "SEESAW_LONG")
 SPLIT_SCORE_REGS, SPLIT_VALUE_REGS = gl.constexpr(96), gl.constexpr(160)
