@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "mla"):
         mla(rows, tuple(args.mla_items.split(",")))
     if args.only in (None, "latent"):
-        latent(rows, tuple(args.latent_backends.split(",")), tuple(int(b) for b in args.latent_batches.split(",")),
+        latent(rows, tuple(args.latent_backends.split(",")),
+               batches=tuple(int(b) for b in args.latent_batches.split(",")),
                layouts=tuple(args.latent_layouts.split(",")))
     save(rows, write, argv, "python benchmarks/bench_sinks_mla.py", start, args.out_dir, args.tag)
     return 0

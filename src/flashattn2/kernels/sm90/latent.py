@@ -13,9 +13,9 @@ the key cache's first 512 channels (one kv head, 64-128 query heads). FlashMLA's
 Per tile the scores warpgroup does 53% of the matmul work and each value warpgroup 12%; the tensor cores are the
 SM's, so what counts is that their issue overlaps: S of tile i + 1 runs under P V of tile i. FlashMLA splits O over
 two warpgroups of 128 registers' accumulators; here four of 64 (VALUE_WGS). SCORE_WGS=2 gives the scores to two
-warpgroups on alternate tiles, so that one tile's softmax runs beside the next tile's S; calls with many keys per
-program take it (tuning_for). SEESAW=1 is FlashMLA's split: a loader warp and two warpgroups, each with half of O
-and the scores of every other tile, handing each other P and the row maxima (the comment above _seesaw_loader).
+warpgroups on alternate tiles, so that one tile's softmax runs beside the next tile's S. SEESAW=1 is FlashMLA's
+split: a loader warp and two warpgroups, each with half of O and the scores of every other tile, handing each other
+P and the row maxima (the comment above _seesaw_loader); calls with many keys per program take it (tuning_for).
 
 The contract is kvcache_attention_kernel's for the calls `can_implement` takes; key rows of the last tile past the
 sequence (the cache's unwritten capacity may hold anything) are zeroed in shared memory before P V reads them, since
@@ -59,17 +59,17 @@ MAXNREG = {4: 96, 2: 168}
 # it waiting for its key tile 17.5% of its time: with two stages the load of tile i + 1 went out only after tile
 # i's scores. Measured (H100, two runs, batch 8-64, 16k-64k keys): +3 to +10% on every row but one (batch 64, 64k
 # dense: -10% in one run, level in the other); 0.61-0.65 of the copy bandwidth from batch 8 at 64k keys.
-# SCORE_WGS=2 (with VALUE_WGS=2; tuning_for's choice from SPLIT_SCORES_FROM): two scores warpgroups take alternate
-# key tiles, each with its own stage, so that S and the softmax of one tile run beside those of the next; they hand
-# each other only the running row maxima (m_x, m_bar). P goes into its stage's tail columns, dead once S is out (the
-# value warpgroups read the first 512), so no P buffer is needed: 16 warps, the launch's cap 128, and the partitions
-# sized by setmaxnreg (common.free_registers): scores SPLIT_SCORE_REGS, values SPLIT_VALUE_REGS. sm_90 (triton
-# 3.6): no spills at 96 / 160 (scores at 88-112 spilled until Q's descriptors went through the loop's runtime zero;
-# values at 144-152 spilled), 104 HGMMA, 224 KB of shared memory.
-# SPLIT_SCORES_FROM (a host key): calls with this many keys per program (capacity / splits) or more take SCORE_WGS=2
-# with VALUE_WGS=2 (tuning_for). H200, two runs in both orders (2026-11-27): +2 to +28% at batch 64 (4k-64k keys,
-# one split) and at batch 8 with 64k keys (8k a split); -6% and -7% at batch 8 with 16k keys (2k a split); batch 1
-# launch-bound either way
+# SCORE_WGS=2 (with VALUE_WGS=2; tuning_for's choice from SPLIT_SCORES_FROM when SEESAW_LONG=0): two scores warpgroups
+# take alternate key tiles, each with its own stage, so that S and the softmax of one tile run beside those of the next;
+# they hand each other only the running row maxima (m_x, m_bar). P goes into its stage's tail columns, dead once S is
+# out (the value warpgroups read the first 512), so no P buffer is needed: 16 warps, the launch's cap 128, and the
+# partitions sized by setmaxnreg (common.free_registers): scores SPLIT_SCORE_REGS, values SPLIT_VALUE_REGS. sm_90
+# (triton 3.6): no spills at 96 / 160 (scores at 88-112 spilled until Q's descriptors went through the loop's runtime
+# zero; values at 144-152 spilled), 104 HGMMA, 224 KB of shared memory.
+# SPLIT_SCORES_FROM (a host key): calls with this many keys per program (capacity / splits) or more take the seesaw
+# (SEESAW_LONG), first SCORE_WGS=2 with VALUE_WGS=2 (tuning_for), which measured: H200, two runs in both orders
+# (2026-11-27): +2 to +28% at batch 64 (4k-64k keys, one split) and at batch 8 with 64k keys (8k a split); -6% and -7%
+# at batch 8 with 16k keys (2k a split); batch 1 launch-bound either way
 # SEESAW=1 (FlashMLA's "seesaw"): a loader warp and two consumer warpgroups, each owning half of O's columns
 # ([64, 256], two [64, 128] halves) and computing S for alternate tiles of a pair: WG0 S of tile 2j, WG1 of 2j + 1
 # at the same time; each hands its P (bf16, into its stage's tail columns as SCORE_WGS=2 does) and row maxima to
