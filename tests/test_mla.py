@@ -260,7 +260,9 @@ for flags in (dict(), dict(NUM_SPLITS=4, HAS_SEQLENS=True, HAS_BATCH_IDX=True),
               dict(EARLY_LOAD=False, PAGED=True, HAS_SEQLENS=True, NUM_SPLITS=2),
               dict(VALUE_WGS=2, SCORE_WGS=2, PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=2),
               dict(SEESAW=1, PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True, NUM_SPLITS=2),
-              dict(SEESAW=1, NUM_SPLITS=4, HAS_SEQLENS=True, HAS_BATCH_IDX=True)):
+              dict(SEESAW=1, NUM_SPLITS=4, HAS_SEQLENS=True, HAS_BATCH_IDX=True),
+              dict(SEESAW=1, READY_PARTS=3, PAGED=True, HAS_SEQLENS=True, NUM_SPLITS=2),
+              dict(SEESAW=1, READY_PARTS=2, EARLY_FREE=1, PAGED=True, HAS_SEQLENS=True, HAS_RIGHT=True)):
     kernel = compile_for_sm90(torch.bfloat16, **flags)
     ptx = kernel.asm["ptx"]
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx, flags
@@ -314,14 +316,17 @@ def test_latent_seesaw_by_keys_per_program(monkeypatch):
                                    (65536, 66, False)):
         tuning = tuning_for(capacity, splits)
         assert "SPLIT_SCORES_FROM" not in tuning and "SEESAW_LONG" not in tuning  # host keys, not the kernel's
-        expected = (1, 4, 1) if long else (1, 4, 0)
-        assert (tuning["SCORE_WGS"], tuning["VALUE_WGS"], tuning["SEESAW"]) == expected, (capacity, splits)
+        expected = (1, 4, 1, 2, 1) if long else (1, 4, 0, 1, 0)  # READY_PARTS / EARLY_FREE: the seesaw's alone
+        assert (tuning["SCORE_WGS"], tuning["VALUE_WGS"], tuning["SEESAW"], tuning["READY_PARTS"],
+                tuning["EARLY_FREE"]) == expected, (capacity, splits)
     from flashattn2.kernels.sm90 import latent
 
     monkeypatch.setattr(latent, "LATENT_TUNING", dict(LATENT_TUNING, SEESAW_LONG=0))  # the rule's switch
-    assert latent.tuning_for(65536, 1) == dict(VALUE_WGS=2, EARLY_LOAD=True, SCORE_WGS=2, SEESAW=0)
+    assert latent.tuning_for(65536, 1) == dict(VALUE_WGS=2, EARLY_LOAD=True, SCORE_WGS=2, SEESAW=0,
+                                               READY_PARTS=1, EARLY_FREE=0)
     monkeypatch.setattr(latent, "LATENT_TUNING", dict(LATENT_TUNING, SEESAW=1))  # the seesaw keeps its schedule
-    assert latent.tuning_for(65536, 1) == dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=1)
+    assert latent.tuning_for(65536, 1) == dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=1,
+                                               READY_PARTS=2, EARLY_FREE=1)
 
 
 def test_auto_takes_the_gluon_latent_kernel():
@@ -368,16 +373,22 @@ def test_auto_takes_the_gluon_latent_kernel():
 @pytest.mark.parametrize("paged,seqlen_q,num_splits,heads,batch_idx",
                          [(False, 1, 1, 128, False), (False, 2, 0, 128, False), (True, 2, 3, 64, False),
                           (True, 1, 0, 128, False), (False, 1, 2, 64, True)])
-@pytest.mark.parametrize("value_wgs,early_load,score_wgs,seesaw",
-                         [(4, True, 1, 0), (2, True, 1, 0), (4, False, 1, 0), (2, True, 2, 0), (4, True, 1, 1)],
-                         ids=["wgs4-early-load", "wgs2-early-load", "wgs4", "wgs2-two-scores", "seesaw"])
+@pytest.mark.parametrize("value_wgs,early_load,score_wgs,seesaw,extra",
+                         [(4, True, 1, 0, {}), (2, True, 1, 0, {}), (4, False, 1, 0, {}), (2, True, 2, 0, {}),
+                          (4, True, 1, 1, dict(READY_PARTS=1, EARLY_FREE=0)),
+                          (4, True, 1, 1, dict(READY_PARTS=3, EARLY_FREE=0)),
+                          (4, True, 1, 1, dict(READY_PARTS=2, EARLY_FREE=1)),
+                          (4, True, 1, 1, dict(READY_PARTS=9, EARLY_FREE=1))],
+                         ids=["wgs4-early-load", "wgs2-early-load", "wgs4", "wgs2-two-scores", "seesaw-parts1",
+                              "seesaw-parts3", "seesaw-parts2-early-free", "seesaw-parts9-early-free"])
 def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, value_wgs, early_load, score_wgs, seesaw,
-                               monkeypatch):
+                               extra, monkeypatch):
     # sm90/latent.py under FLASHATTN2_BACKEND=gluon: the cache's capacity past each sequence holds NaN (the kernel
     # zeroes those key rows before P V), lengths that cut tiles, one or two query rows (causal), splits, pages of
     # 64 keys, a cache_batch_idx; four value warpgroups of 128 columns and two of 256 (VALUE_WGS); the next tile's
     # load under the scores' wgmmas (EARLY_LOAD); two scores warpgroups on alternate tiles (SCORE_WGS); two
-    # warpgroups each with half of O and the scores of every other tile, a loader warp (SEESAW)
+    # warpgroups each with half of O and the scores of every other tile, a loader warp (SEESAW), its tiles' loads
+    # on several barriers each (READY_PARTS), their halves freed apart (EARLY_FREE)
     from flashattn2 import inference
     from flashattn2.kernels import backends
     from flashattn2.kernels.portable import kvcache
@@ -385,7 +396,8 @@ def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, va
     from flashattn2.kernels.sm90 import latent
 
     monkeypatch.setattr(latent, "LATENT_TUNING", dict(latent.LATENT_TUNING, VALUE_WGS=value_wgs,
-                                                      EARLY_LOAD=early_load, SCORE_WGS=score_wgs, SEESAW=seesaw))
+                                                      EARLY_LOAD=early_load, SCORE_WGS=score_wgs, SEESAW=seesaw,
+                                                      **extra))
     inference._seen.clear()  # plans made under the other tuning
     kvcache._plans.clear()
 
@@ -393,6 +405,8 @@ def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, va
     # the seesaw takes tiles in pairs: 100 keys make a pair cut in its second tile (WG1 zeroes the rows), 180 a pair
     # and one tile cut (WG0 zeroes them); three splits give ranges of one tile and of none
     batch, capacity, lens = 2, 256, [100, 180] if seesaw else [37, 200]
+    if extra.get("EARLY_FREE"):  # stages reused several times: a first half reloaded while WG1 still reads P_a
+        capacity, lens = 768, [300, 700]
     q = randn(batch, seqlen_q, heads, 576, dtype=torch.bfloat16)
     k_cache = randn(batch, capacity, 1, 576, dtype=torch.bfloat16)
     seqlens = torch.tensor(lens, dtype=torch.int32, device=DEVICE)

@@ -43,6 +43,7 @@ from .gluon_api import (
 )
 
 LATENT_QK, LATENT_V, CHUNK = gl.constexpr(576), gl.constexpr(512), gl.constexpr(64)
+HALF_CHUNKS = gl.constexpr(4)  # the 64-column chunks of O's first 256 columns (EARLY_FREE's first half)
 HEADS = gl.constexpr(64)  # query heads per program (rows of S and O)
 # keys per tile: 32 keys in 4 stages (more bytes in flight) measured 0.70-0.75x the speed: S = Q Kᵀ as m64n32
 # wgmmas reads 21 bytes of shared memory per 64 FLOP, past what shared memory feeds the tensor cores
@@ -81,7 +82,16 @@ MAXNREG = {4: 96, 2: 168}
 # of the copy bandwidth to 0.66-0.74), and on the H200, four runs, +2 to +12% in 14 rows of 16. Paged, once the
 # loader read the block table before its stage wait (_load_tile; eighteenth session): against SCORE_WGS=2 at batch
 # 64, H100 two runs 0 to +11% (6 of 6 rows level or faster), H200 four runs +3 to +9% in 11 rows of 12 (one -5%)
-LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=0, SPLIT_SCORES_FROM=4096, SEESAW_LONG=1)
+# READY_PARTS (SEESAW): a key tile's nine 64-column loads complete on this many barriers (1, 2, 3 or 9; part p the
+# chunks [9p / PARTS, 9(p + 1) / PARTS)), so that S's wgmmas start on a tile's first columns while the rest land (a
+# stage is reloaded only once both consumers are done with it, so each S waited for its whole 72 KB).
+# EARLY_FREE (SEESAW, READY_PARTS 2 or 9): a stage's columns 0-255 and 256-575 freed apart, each as soon as the
+# warpgroups reading them are done: stage 0's first half after WG0's P_a V alone (its rows are WG0's O columns), so
+# the next tile's first half loads while WG1 still makes P_b. The seesaw's default READY_PARTS=2 with EARLY_FREE
+# (tuning_for gives the other schedules 1 and 0): H100, four runs in four orders (nineteenth session), batch 64 at
+# 4k-64k keys -1.5 to -5% time (median by row), batch 8 at 64k -3 to -4%, the rest level; READY_PARTS=3 alone -1 to -4%
+LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=0, SPLIT_SCORES_FROM=4096, SEESAW_LONG=1,
+                     READY_PARTS=2, EARLY_FREE=1)
 HOST_KEYS = ("SPLIT_SCORES_FROM", "SEESAW_LONG")
 SPLIT_SCORE_REGS, SPLIT_VALUE_REGS = gl.constexpr(96), gl.constexpr(160)
 SEESAW_REGS, SEESAW_LOAD_REGS = gl.constexpr(240), gl.constexpr(24)
@@ -96,6 +106,8 @@ def tuning_for(capacity: int, num_splits: int) -> dict:
             tuning.update(SEESAW=1)
         else:
             tuning.update(VALUE_WGS=2, SCORE_WGS=2)
+    if not tuning["SEESAW"]:  # only the seesaw's loads and frees are split
+        tuning.update(READY_PARTS=1, EARLY_FREE=0)
     return tuning
 
 
@@ -228,23 +240,41 @@ def _load_q(q_desc, sm: LatentSmem, w: LatentWork, LEAD: gl.constexpr = False):
     tma_load(q_desc, [w.off_b, w.q_pos, w.head0, LATENT_V], sm.q_bar, q_tail)
 
 
+@gluon.constexpr_function
+def _first_chunk(part, parts):
+    """The first of READY_PARTS part `part`'s 64-column chunks (of the tile's nine; part `parts`: past the last)."""
+    return part * (LATENT_QK // CHUNK) // parts
+
+
 @gluon.jit
 def _load_tile(k_desc, sm: LatentSmem, w: LatentWork, i, BlockTable, stride_bt, page_size, num_pages,
-               PAGED: gl.constexpr):
+               PAGED: gl.constexpr, PARTS: gl.constexpr = 1, EARLY_FREE: gl.constexpr = 0):
     """Key tile i of the program's range into its stage, once every value warpgroup has read the stage's last tile
-    (nothing past the range)."""
+    (nothing past the range); its nine 64-column loads on PARTS barriers of the stage (READY_PARTS), with
+    EARLY_FREE each half once its own empty barrier (stage x 2 + half) says so."""
     MAIN: gl.constexpr = LATENT_V // CHUNK
+    # EARLY_FREE's second half must start a part (chunk HALF_CHUNKS): 2 parts or 9
+    gl.static_assert(not EARLY_FREE or PARTS == 2 or PARTS == 9, "EARLY_FREE needs READY_PARTS 2 or 9")
     start_n = w.n_lo + i * BLOCK_N
     if start_n < w.n_hi:
         stage = i % STAGES
         # the block table's entry before the wait: its load's latency under the wait, not between it and the TMA
         outer, row, _ = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
-        mbarrier.wait(sm.kv_empty.index(stage), free_phase(i, STAGES))
-        bar = sm.kv_ready.index(stage)
-        mbarrier.expect(bar, (MAIN + 1) * k_desc.block_type.nbytes)
-        for c in gl.static_range(MAIN):
-            tma_load(k_desc, [outer, row, 0, c * CHUNK], bar, sm.k.index(stage).slice(c * CHUNK, CHUNK, dim=3))
-        tma_load(k_desc, [outer, row, 0, LATENT_V], bar, sm.k_tail.index(stage))
+        if not EARLY_FREE:
+            mbarrier.wait(sm.kv_empty.index(stage), free_phase(i, STAGES))
+        for part in gl.static_range(PARTS):
+            if EARLY_FREE:
+                if _first_chunk(part, PARTS) == 0:
+                    mbarrier.wait(sm.kv_empty.index(stage * 2), free_phase(i, STAGES))
+                if _first_chunk(part, PARTS) == HALF_CHUNKS:
+                    mbarrier.wait(sm.kv_empty.index(stage * 2 + 1), free_phase(i, STAGES))
+            bar = sm.kv_ready.index(stage * PARTS + part)
+            mbarrier.expect(bar, (_first_chunk(part + 1, PARTS) - _first_chunk(part, PARTS)) * k_desc.block_type.nbytes)
+            for c in gl.static_range(_first_chunk(part, PARTS), _first_chunk(part + 1, PARTS)):
+                if c < MAIN:
+                    tma_load(k_desc, [outer, row, 0, c * CHUNK], bar, sm.k.index(stage).slice(c * CHUNK, CHUNK, dim=3))
+                else:
+                    tma_load(k_desc, [outer, row, 0, LATENT_V], bar, sm.k_tail.index(stage))
 
 
 @gluon.jit
@@ -525,11 +555,11 @@ def _store_lse(m, l_i, empty, Lse, stride_lse, w: LatentWork, NUM_SPLITS: gl.con
 
 @gluon.jit
 def _seesaw_loader(q_desc, k_desc, sm: LatentSmem, w: LatentWork, BlockTable, stride_bt, page_size, num_pages,
-                   PAGED: gl.constexpr):
+                   PAGED: gl.constexpr, PARTS: gl.constexpr, EARLY_FREE: gl.constexpr):
     """SEESAW's loader warp: Q once, then every key tile of the range as both consumers free its stage."""
     _load_q(q_desc, sm, w, True)
     for i in range(0, gl.cdiv(w.n_hi - w.n_lo, BLOCK_N)):
-        _load_tile(k_desc, sm, w, i, BlockTable, stride_bt, page_size, num_pages, PAGED)
+        _load_tile(k_desc, sm, w, i, BlockTable, stride_bt, page_size, num_pages, PAGED, PARTS, EARLY_FREE)
 
 
 @gluon.jit
@@ -576,12 +606,17 @@ def _seesaw_publish(p, m_new, k, k_tail, sm: LatentSmem, start_n, n_hi, STAGE: g
 
 
 @gluon.jit
-def _seesaw_take(sm: LatentSmem, o0, o1, m_i, l_i, j, dyn, STAGE: gl.constexpr, W: gl.constexpr):
+def _seesaw_take(sm: LatentSmem, o0, o1, m_i, l_i, j, dyn, STAGE: gl.constexpr, W: gl.constexpr,
+                 PARTS: gl.constexpr, EARLY_FREE: gl.constexpr):
     """The other warpgroup's P of the pair's tile in STAGE (pair j): its maxima, O's and l's rescale, P V issued.
     Returns (o0, o1, the maxima, l)."""
     rows_layout: gl.constexpr = gl.SliceLayout(1, wgmma_layout(BLOCK_N))
     mbarrier.wait(sm.p_ready.index(STAGE), j & 1)
-    mbarrier.wait(sm.kv_ready.index(STAGE), j & 1)  # seen through p_ready already; stated for the async proxy
+    for part in gl.static_range(PARTS):  # seen through p_ready already; stated for the async proxy
+        # but with EARLY_FREE not WG1 on stage 0's first half: WG0 frees it alone, so the next tile's first half
+        # may have landed by now (its barrier two phases on: a wait for this pair's parity would never return)
+        if not (EARLY_FREE and W == 1 and _first_chunk(part, PARTS) < HALF_CHUNKS):
+            mbarrier.wait(sm.kv_ready.index(STAGE * PARTS + part), j & 1)
     m_new = sm.m_x.slice(STAGE * HEADS, HEADS).load(rows_layout)
     alpha = gl.exp2(m_i - gl.where(m_new == float("-inf"), 0.0, m_new))
     v = sm.k.index(STAGE + dyn).reshape([BLOCK_N, LATENT_V])
@@ -605,23 +640,51 @@ def _seesaw_start(sm: LatentSmem, w: LatentWork):
 
 @gluon.jit
 def _seesaw_s(sm: LatentSmem, w: LatentWork, j, dyn, start_n, bad_page, BlockTable, stride_bt, page_size, num_pages,
-              STAGE: gl.constexpr, PAGED: gl.constexpr):
-    """S of pair j's tile in STAGE issued once it has landed (dyn: the loop's runtime zero for the descriptors), and
-    its page's check: (S in flight, the tile's two buffers, the failed page reads)."""
+              STAGE: gl.constexpr, PAGED: gl.constexpr, PARTS: gl.constexpr):
+    """S of pair j's tile in STAGE issued as it lands, each part's columns once its barrier says so (dyn: the loop's
+    runtime zero for the descriptors), and its page's check: (S in flight, the tile's two buffers, the failed page
+    reads)."""
     q = sm.q.index(dyn).reshape([HEADS, LATENT_V])
     q_tail = sm.q_tail.index(dyn).reshape([HEADS, CHUNK])
     k = sm.k.index(STAGE + dyn).reshape([BLOCK_N, LATENT_V])
     k_tail = sm.k_tail.index(STAGE + dyn).reshape([BLOCK_N, CHUNK])
-    mbarrier.wait(sm.kv_ready.index(STAGE), j & 1)
-    s = _issue_s(q, q_tail, k, k_tail)
+    if PARTS == 1:
+        mbarrier.wait(sm.kv_ready.index(STAGE), j & 1)
+        s = _issue_s(q, q_tail, k, k_tail)
+    else:
+        MAIN: gl.constexpr = LATENT_V // CHUNK
+        s = gl.zeros([HEADS, BLOCK_N], gl.float32, wgmma_layout(BLOCK_N))
+        for part in gl.static_range(PARTS):
+            mbarrier.wait(sm.kv_ready.index(STAGE * PARTS + part), j & 1)
+            for c in gl.static_range(_first_chunk(part, PARTS), _first_chunk(part + 1, PARTS)):
+                if c < MAIN:
+                    k_c = k.slice(c * CHUNK, CHUNK, dim=1).permute([1, 0])
+                    s = warpgroup_mma(q.slice(c * CHUNK, CHUNK, dim=1), k_c, s, use_acc=c > 0, is_async=True)
+                else:
+                    s = warpgroup_mma(q_tail, k_tail.permute([1, 0]), s, is_async=True)
     _, _, bad = _page(BlockTable, stride_bt, w.kv_row, start_n, page_size, num_pages, PAGED)
     return s, k, k_tail, bad_page | bad.to(gl.int32)
 
 
 @gluon.jit
+def _seesaw_free(sm: LatentSmem, STAGE: gl.constexpr, W: gl.constexpr, EARLY_FREE: gl.constexpr):
+    """Warpgroup W done with the stage's tile (its last wgmma on it waited). With EARLY_FREE, the halves it reads
+    last: stage 0's first half is WG0's alone, its second (O's columns 256-511 and P_a) WG1's; stage 1's first half
+    WG0's (after P_b V, which reads P_b from the second), its second both's."""
+    if not EARLY_FREE:
+        mbarrier.arrive(sm.kv_empty.index(STAGE), count=1)
+    elif STAGE == 0:
+        mbarrier.arrive(sm.kv_empty.index(W), count=1)
+    else:
+        if W == 0:
+            mbarrier.arrive(sm.kv_empty.index(2), count=1)
+        mbarrier.arrive(sm.kv_empty.index(3), count=1)
+
+
+@gluon.jit
 def _seesaw_first(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockTable, stride_o, stride_lse,
                   stride_bt, qk_scale, page_size, num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr,
-                  PAGED: gl.constexpr):
+                  PAGED: gl.constexpr, PARTS: gl.constexpr, EARLY_FREE: gl.constexpr):
     """SEESAW's WG0: S and P of each pair's first tile (stage 0), both tiles' P V into O's columns [0, 256)."""
     m_i, l_i, o0, o1, bad_page, n_tiles = _seesaw_start(sm, w)
     for i in range(0, n_tiles, 2):
@@ -629,7 +692,7 @@ def _seesaw_first(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockTa
         start_n = w.n_lo + i * BLOCK_N
         dyn = i >> 30  # as in _scores_split, Q's descriptors too
         s, k, k_tail, bad_page = _seesaw_s(sm, w, j, dyn, start_n, bad_page, BlockTable, stride_bt, page_size,
-                                           num_pages, 0, PAGED)
+                                           num_pages, 0, PAGED, PARTS)
         s = warpgroup_mma_wait(0, deps=[s])
         p, m_i, alpha = _seesaw_p(s, m_i, start_n, w.n_hi, qk_scale)
         l_i = l_i * alpha + gl.sum(p, 1)
@@ -638,12 +701,12 @@ def _seesaw_first(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockTa
         # P_a V runs while WG1 makes P_b; stage 0 goes back first (the loader's next tile), then P_b is awaited in
         # every pair (p_ready[1] comes in a last pair of one tile too: an in-flight wgmma cannot cross an if)
         o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
-        mbarrier.arrive(sm.kv_empty.index(0), count=1)
+        _seesaw_free(sm, 0, 0, EARLY_FREE)
         mbarrier.wait(sm.p_ready.index(1), j & 1)
         if i + 1 < n_tiles:
-            o0, o1, m_i, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 1, 0)
+            o0, o1, m_i, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 1, 0, PARTS, EARLY_FREE)
             o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
-            mbarrier.arrive(sm.kv_empty.index(1), count=1)
+            _seesaw_free(sm, 1, 0, EARLY_FREE)
     _seesaw_finish(0, o0, o1, m_i, l_i, bad_page, sm, w, Out, Lse, Flag, stride_o, stride_lse, FLAG_WORD,
                    NUM_SPLITS)
 
@@ -651,7 +714,7 @@ def _seesaw_first(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockTa
 @gluon.jit
 def _seesaw_second(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockTable, stride_o, stride_lse,
                    stride_bt, qk_scale, page_size, num_pages, FLAG_WORD: gl.constexpr, NUM_SPLITS: gl.constexpr,
-                   PAGED: gl.constexpr):
+                   PAGED: gl.constexpr, PARTS: gl.constexpr, EARLY_FREE: gl.constexpr):
     """SEESAW's WG1: S and P of each pair's second tile (stage 1), both tiles' P V into O's columns [256, 512)."""
     m_i, l_i, o0, o1, bad_page, n_tiles = _seesaw_start(sm, w)
     for i in range(0, n_tiles, 2):
@@ -660,25 +723,25 @@ def _seesaw_second(q_desc, sm: LatentSmem, w: LatentWork, Out, Lse, Flag, BlockT
         if i + 1 < n_tiles:
             start_n = w.n_lo + (i + 1) * BLOCK_N
             s, k, k_tail, bad_page = _seesaw_s(sm, w, j, dyn, start_n, bad_page, BlockTable, stride_bt, page_size,
-                                               num_pages, 1, PAGED)
+                                               num_pages, 1, PAGED, PARTS)
             # P_a V under S_b: S_b's two wgmma groups were committed first
-            o0, o1, m_a, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 0, 1)
+            o0, o1, m_a, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 0, 1, PARTS, EARLY_FREE)
             s = warpgroup_mma_wait(2, deps=[s])
             p, m_i, beta = _seesaw_p(s, m_a, start_n, w.n_hi, qk_scale)
             l_i = l_i * beta + gl.sum(p, 1)
             p = _seesaw_publish(p, m_i, k, k_tail, sm, start_n, w.n_hi, 1)
             o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
-            mbarrier.arrive(sm.kv_empty.index(0), count=1)
+            _seesaw_free(sm, 0, 1, EARLY_FREE)
             o0, o1 = _seesaw_pv(p, k, o0, o1, beta, 1)
             o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
-            mbarrier.arrive(sm.kv_empty.index(1), count=1)
+            _seesaw_free(sm, 1, 1, EARLY_FREE)
             o0 = _seesaw_settled(o0)
             o1 = _seesaw_settled(o1)
         else:  # a last pair of one tile: p_ready[1] without P or maxima (WG0 reads neither)
-            o0, o1, m_i, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 0, 1)
+            o0, o1, m_i, l_i = _seesaw_take(sm, o0, o1, m_i, l_i, j, dyn, 0, 1, PARTS, EARLY_FREE)
             mbarrier.arrive(sm.p_ready.index(1), count=1)
             o0, o1 = warpgroup_mma_wait(0, deps=[o0, o1])
-            mbarrier.arrive(sm.kv_empty.index(0), count=1)
+            _seesaw_free(sm, 0, 1, EARLY_FREE)
             o0 = _seesaw_settled(o0)
             o1 = _seesaw_settled(o1)
     _seesaw_finish(1, o0, o1, m_i, l_i, bad_page, sm, w, Out, Lse, Flag, stride_o, stride_lse, FLAG_WORD,
@@ -713,7 +776,8 @@ def latent_decode_kernel(
     nheads, seqlen_q, capacity, cache_rows, num_pages, page_size, qk_scale,
     NUM_SPLITS: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SEQLENS: gl.constexpr, HAS_BATCH_IDX: gl.constexpr,
     PAGED: gl.constexpr, FLAG_WORD: gl.constexpr, VALUE_WGS: gl.constexpr, EARLY_LOAD: gl.constexpr,
-    SCORE_WGS: gl.constexpr = 1, SEESAW: gl.constexpr = 0,
+    SCORE_WGS: gl.constexpr = 1, SEESAW: gl.constexpr = 0, READY_PARTS: gl.constexpr = 1,
+    EARLY_FREE: gl.constexpr = 0,
 ):
     """Program (query position, batch x 64-head slot, split). q_desc: (batch, seqlen_q, heads, 576) in [1, 1, 64, 64]
     boxes; k_desc: the cache (rows, capacity, 1, 576) or pages (num_pages, page_size, 1, 576) in [1, 64, 1, 64]
@@ -734,15 +798,22 @@ def latent_decode_kernel(
         stats = gl.allocate_shared_memory(gl.float32, [2 * HEADS], rows)
         m_x = gl.allocate_shared_memory(gl.float32, [2 * HEADS], rows)
         q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES * READY_PARTS, 1], mbarrier.MBarrierLayout())
+        kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES * (1 + EARLY_FREE), 1], mbarrier.MBarrierLayout())
         p_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(q_bar, count=1)
         for s in gl.static_range(STAGES):
             mbarrier.init(kv_ready.index(s), count=1)
-            mbarrier.init(kv_empty.index(s), count=2)
+            if not EARLY_FREE:
+                mbarrier.init(kv_empty.index(s), count=2)
             mbarrier.init(p_ready.index(s), count=1)
+        for s in gl.static_range(STAGES, STAGES * READY_PARTS):  # a stage's parts past the first (READY_PARTS)
+            mbarrier.init(kv_ready.index(s), count=1)
+        if EARLY_FREE:  # by stage and half: the readers _seesaw_free names
+            for s in gl.static_range(3):
+                mbarrier.init(kv_empty.index(s), count=1)
+            mbarrier.init(kv_empty.index(3), count=2)
         mbarrier.init(done, count=2)
         fence_async_shared()  # the inits visible to the async proxy (TMA's complete-tx), as CUDA's TMA guide fences
         # alpha, p_free, m_bar: unused
@@ -797,10 +868,11 @@ def latent_decode_kernel(
     if SEESAW:
         gl.warp_specialize([
             (_seesaw_first, (q_desc, sm, w, Out, Lse, Flag, BlockTable, stride_o, stride_lse, stride_bt, qk_scale,
-                             page_size, num_pages, FLAG_WORD, NUM_SPLITS, PAGED)),
+                             page_size, num_pages, FLAG_WORD, NUM_SPLITS, PAGED, READY_PARTS, EARLY_FREE)),
             (_seesaw_second, (q_desc, sm, w, Out, Lse, Flag, BlockTable, stride_o, stride_lse, stride_bt, qk_scale,
-                              page_size, num_pages, FLAG_WORD, NUM_SPLITS, PAGED)),
-            (_seesaw_loader, (q_desc, k_desc, sm, w, BlockTable, stride_bt, page_size, num_pages, PAGED)),
+                              page_size, num_pages, FLAG_WORD, NUM_SPLITS, PAGED, READY_PARTS, EARLY_FREE)),
+            (_seesaw_loader, (q_desc, k_desc, sm, w, BlockTable, stride_bt, page_size, num_pages, PAGED,
+                              READY_PARTS, EARLY_FREE)),
         ], [4, 1], [SEESAW_REGS, SEESAW_LOAD_REGS])
     elif SCORE_WGS == 2:
         gl.warp_specialize([
@@ -832,6 +904,10 @@ def latent_decode_kernel(
         mbarrier.invalidate(kv_ready.index(s))
         mbarrier.invalidate(kv_empty.index(s))
     if SEESAW:
+        for s in gl.static_range(STAGES, STAGES * READY_PARTS):
+            mbarrier.invalidate(kv_ready.index(s))
+        for s in gl.static_range(STAGES, STAGES * (1 + EARLY_FREE)):
+            mbarrier.invalidate(kv_empty.index(s))
         for s in gl.static_range(STAGES):
             mbarrier.invalidate(p_ready.index(s))
     elif SCORE_WGS == 2:
