@@ -342,8 +342,12 @@ def _latent_case(rng: random.Random, lrng: random.Random, max_len: int, grads: b
             if n == 0:  # a sequence with no key: out is 0 (flash_attn's convention)
                 assert torch.all(out[b] == 0), f"sequence {b} sees no key but its out is not 0"
                 continue
-            seq = (q[b:b + 1], k_dense[b:b + 1, :n], v_dense[b:b + 1, :n])
-            ref, pt = _references(functools.partial(attention_ref, causal=causal), seq, None, False)
+            # 16 query heads at a time: the reference repeats the one KV head per query head, 128 x 16k x 576
+            # float64 would be 9.6 GB; the outputs joined give the same max errors the rule compares
+            parts = [_references(functools.partial(attention_ref, causal=causal),
+                                 (q[b:b + 1, :, h:h + 16], k_dense[b:b + 1, :n], v_dense[b:b + 1, :n]), None, False)
+                     for h in range(0, nheads, 16)]
+            ref, pt = ((torch.cat([part[j][0] for part in parts], dim=2),) for j in (0, 1))
             _compare(f" (sequence {b})", out[b:b + 1], (), ref, pt, fwd=KVCACHE)
 
     return desc, run
