@@ -63,7 +63,7 @@ def _interleaved(calls, rounds=ROUNDS):
     return [tuple(statistics.median(t[i][j] for t in times) for j in range(2)) for i in range(len(calls))]
 
 
-def sinks(rows):
+def sinks(rows, rounds=ROUNDS):
     from flashattn2 import flash_attn_func, flash_attn_with_kvcache
 
     for name, heads, heads_k, hdim, seqlen, window in (
@@ -79,7 +79,7 @@ def sinks(rows):
         label = f"{name}, {batch} x {seqlen}, {heads}/{heads_k} heads, d{hdim}"
         call = functools.partial(flash_attn_func, q, k, v, causal=True, window_size=window)
         plain, with_sink = _interleaved([(call, [q, k, v]), (functools.partial(call, learnable_sink=sink),
-                                                             [q, k, v, sink])])
+                                                             [q, k, v, sink])], rounds)
         base = _row(rows, "sink", f"{label}: no sink", *plain)
         _row(rows, "sink", f"{label}: learnable_sink", *with_sink, base=base)
         del q, k, v, call
@@ -249,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", default="benchmarks/results")
     parser.add_argument("--tag", default=None)
     parser.add_argument("--only", choices=("sink", "mla", "latent"), default=None)
+    parser.add_argument("--sink-rounds", type=int, default=ROUNDS,
+                        help="each sink row and its baseline timed in turn this many times (median); one run's "
+                        "16k rows moved 7%% between runs at 3 (2026-11-28)")
     parser.add_argument("--mla-items", default="128-key",
                         help="the Gluon MLA backward's items, comma-separated, each timed on each mla row: 128-key "
                         "(the default tuning, CONFIGS_MLA), 64-key (CONFIGS_MLA_NARROW), 128-key-scheduled "
@@ -266,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     start, rows = time.time(), []
     if args.only in (None, "sink"):
-        sinks(rows)
+        sinks(rows, args.sink_rounds)
     if args.only in (None, "mla"):
         mla(rows, tuple(args.mla_items.split(",")))
     if args.only in (None, "latent"):
