@@ -810,10 +810,10 @@ def latent_decode_kernel(
             mbarrier.init(p_ready.index(s), count=1)
         for s in gl.static_range(STAGES, STAGES * READY_PARTS):  # a stage's parts past the first (READY_PARTS)
             mbarrier.init(kv_ready.index(s), count=1)
-        if EARLY_FREE:  # by stage and half: the readers _seesaw_free names
-            for s in gl.static_range(3):
+        if EARLY_FREE:  # by stage and half, one reader each but the last stage's second half (both; _seesaw_free)
+            for s in gl.static_range(2 * STAGES - 1):
                 mbarrier.init(kv_empty.index(s), count=1)
-            mbarrier.init(kv_empty.index(3), count=2)
+            mbarrier.init(kv_empty.index(2 * STAGES - 1), count=2)
         mbarrier.init(done, count=2)
         fence_async_shared()  # the inits visible to the async proxy (TMA's complete-tx), as CUDA's TMA guide fences
         # alpha, p_free, m_bar: unused
