@@ -11,6 +11,8 @@ forward and backward, causal, 16 heads, 16k tokens (the backward's dQ bulk reduc
     ncu --section WarpStateStats --section SourceCounters -k regex:latent \\
         python scripts/profile_gluon.py --case latent
 
+(--latent-tuning P_APART=1 profiles a LATENT_TUNING variant, e.g. one a tried diff adds.)
+
 --case mla2k: the MLA backward at 2k (8 x 2048, causal), where it trails cuDNN most. --case d64c: the d64 causal
 forward at 512 (32 x 512, 16 heads), Gluon then the Triton forward, the cell where Gluon trails Triton most:
 
@@ -49,9 +51,16 @@ def mla(batch: int = 1, seqlen: int = 16384) -> None:
     torch.cuda.synchronize()
 
 
-def latent() -> None:
+def latent(tuning: str = "") -> None:
     from flashattn2 import flash_attn_with_kvcache
+    from flashattn2.kernels.sm90 import latent as kernel
 
+    # --latent-tuning KEY=V+KEY=V over LATENT_TUNING (a variant under test, e.g. a tried diff's key)
+    for item in filter(None, tuning.split("+")):
+        key, value = item.split("=")
+        if key not in kernel.LATENT_TUNING:
+            raise SystemExit(f"--latent-tuning: {key} is not a LATENT_TUNING key ({', '.join(kernel.LATENT_TUNING)})")
+        kernel.LATENT_TUNING[key] = int(value)
     flashattn2.set_backend("gluon")
     cache = torch.randn(64, 16384, 1, 576, device="cuda", dtype=torch.bfloat16)
     q = torch.randn(64, 1, 128, 576, device="cuda", dtype=torch.bfloat16)
@@ -72,6 +81,10 @@ def d64c() -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python scripts/profile_gluon.py", description=__doc__.split("\n")[0])
-    cases = {"d128": d128, "mla": mla, "latent": latent, "mla2k": lambda: mla(8, 2048), "d64c": d64c}
+    parser.add_argument("--latent-tuning", default="", help="--case latent: LATENT_TUNING keys, KEY=V joined with +")
+    args = None
+    cases = {"d128": d128, "mla": mla, "latent": lambda: latent(args.latent_tuning), "mla2k": lambda: mla(8, 2048),
+             "d64c": d64c}
     parser.add_argument("--case", choices=tuple(cases), default="d128")
-    cases[parser.parse_args().case]()
+    args = parser.parse_args()
+    cases[args.case]()
