@@ -110,9 +110,9 @@ if sys.argv[1:2] == ["latent"]:
     args = sys.argv[2:]
     paged = "paged" in args  # the cache in 64-row pages, shuffled
     tuning = [a for a in args if a != "paged"]
-    for item in tuning[0].split("+") if tuning else []:
-        key, value = item.split("=")
-        latent.LATENT_TUNING = dict(latent.LATENT_TUNING, **{key: int(value)})
+    from tuning_spec import parse
+
+    latent.LATENT_TUNING = dict(latent.LATENT_TUNING, **parse(tuning[0] if tuning else "", latent.LATENT_TUNING))
 
     torch.manual_seed(0)
     cache = torch.randn(2, 256, 1, 576, device="cuda", dtype=torch.bfloat16)

@@ -52,15 +52,13 @@ def mla(batch: int = 1, seqlen: int = 16384) -> None:
 
 
 def latent(tuning: str = "") -> None:
+    from tuning_spec import parse
+
     from flashattn2 import flash_attn_with_kvcache
     from flashattn2.kernels.sm90 import latent as kernel
 
-    # --latent-tuning KEY=V+KEY=V over LATENT_TUNING (a variant under test, e.g. a tried diff's key)
-    for item in filter(None, tuning.split("+")):
-        key, value = item.split("=")
-        if key not in kernel.LATENT_TUNING:
-            raise SystemExit(f"--latent-tuning: {key} is not a LATENT_TUNING key ({', '.join(kernel.LATENT_TUNING)})")
-        kernel.LATENT_TUNING[key] = int(value)
+    # --latent-tuning over LATENT_TUNING (a variant under test, e.g. a tried diff's key)
+    kernel.LATENT_TUNING.update(parse(tuning, kernel.LATENT_TUNING))
     flashattn2.set_backend("gluon")
     cache = torch.randn(64, 16384, 1, 576, device="cuda", dtype=torch.bfloat16)
     q = torch.randn(64, 1, 128, 576, device="cuda", dtype=torch.bfloat16)
