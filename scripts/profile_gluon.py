@@ -80,9 +80,8 @@ def d64c() -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python scripts/profile_gluon.py", description=__doc__.split("\n")[0])
     parser.add_argument("--latent-tuning", default="", help="--case latent: LATENT_TUNING keys, KEY=V joined with +")
-    args = None
+    parser.add_argument("--case", choices=("d128", "mla", "latent", "mla2k", "d64c"), default="d128")
+    args = parser.parse_args()
     cases = {"d128": d128, "mla": mla, "latent": lambda: latent(args.latent_tuning), "mla2k": lambda: mla(8, 2048),
              "d64c": d64c}
-    parser.add_argument("--case", choices=tuple(cases), default="d128")
-    args = parser.parse_args()
     cases[args.case]()
