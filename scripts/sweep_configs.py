@@ -1,7 +1,7 @@
 """Time candidate tile configurations of the forward and backward kernels on the GPU.
 
-    PYTHONPATH=src python scripts/sweep_configs.py [--seqlen 4096] [--hdims 128 64 256] [--out FILE]
-        [--budget-s 500]
+    PYTHONPATH=src python scripts/sweep_configs.py [--seqlen 4096 ...] [--hdims 128 64 256] [--out FILE]
+        [--budget-s 500] [--modes fwd bwd] [--causal both|yes|no] [--extra]
 
 bf16, 16k tokens per batch, hidden 2048 (the paper's setup). Each candidate is checked against a
 reference and timed; the dK/dV and dQ kernels are swept one at a time with the other kernel fixed at
@@ -25,11 +25,19 @@ from flashattn2.kernels.portable.backward import attention_backward
 from flashattn2.kernels.portable.configs import BwdConfig, FwdConfig, bwd_config, fwd_config
 from flashattn2.kernels.portable.forward import attention_forward
 
-# (BLOCK_M, BLOCK_N, warps, stages); all with tensor descriptors, plus the current config without them
+# (BLOCK_M, BLOCK_N, warps, stages[, tensor descriptors]); plus the current config without descriptors
 FWD = {
     64: [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3), (128, 128, 8, 2)],
     128: [(128, 128, 8, 3), (128, 128, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 8, 2)],
     256: [(128, 64, 8, 2), (128, 32, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
+}
+# --extra: more forward candidates for the short and causal cells (issue 29)
+FWD_EXTRA = {
+    64: [(128, 64, 8, 4), (128, 64, 8, 3, True), (128, 128, 8, 3, True), (64, 128, 4, 3), (128, 32, 4, 3),
+         (64, 32, 4, 4), (128, 128, 4, 3), (64, 64, 4, 3, True), (64, 64, 4, 4), (64, 64, 4, 2), (64, 32, 4, 3),
+         (64, 64, 8, 3)],
+    128: [(128, 64, 8, 4), (128, 128, 8, 3, True), (64, 64, 4, 3, True), (128, 32, 4, 3), (64, 128, 4, 3)],
+    256: [(128, 64, 8, 2, True), (64, 64, 4, 3), (128, 32, 4, 2)],
 }
 DKDV = {
     64: [(64, 128, 8, 2), (32, 128, 8, 2), (64, 64, 8, 2), (64, 64, 4, 2), (32, 128, 4, 3)],
@@ -80,18 +88,33 @@ def make_problem(hdim, causal, seqlen, tokens=16384, device="cuda"):
     return q, k, v, dout, opts, 4 * batch * nheads * seqlen * seqlen * hdim / (2 if causal else 1)
 
 
-def sweep_shape(hdim, causal, seqlen, out, budget, tokens=16384, device="cuda"):
-    q, k, v, dout, opts, fwd_flops = make_problem(hdim, causal, seqlen, tokens, device)
-    ref = torch.nn.functional.scaled_dot_product_attention(
+def _sdpa(q, k, v, causal):
+    return torch.nn.functional.scaled_dot_product_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal).transpose(1, 2)
+
+
+def sweep_shape(hdim, causal, seqlen, out, budget, tokens=16384, device="cuda", modes=("fwd", "bwd"), extra=False):
+    q, k, v, dout, opts, fwd_flops = make_problem(hdim, causal, seqlen, tokens, device)
+    ref = _sdpa(q, k, v, causal)
     base = {"hdim": hdim, "causal": causal, "seqlen": seqlen}
 
-    cur = fwd_config(hdim, causal, q.device)
-    fwd_cands = [dataclasses.replace(cur, use_tma=False)] + [FwdConfig(*c) for c in FWD[hdim]]
-    for cfg in fwd_cands:
-        rec = {"kind": "fwd", **base, "cfg": dataclasses.astuple(cfg), "flops": fwd_flops}
-        _try(rec, lambda cfg=cfg: attention_forward(q, k, v, opts, config=cfg)[0],
-             lambda res: (res.float() - ref.float()).abs().max().item(), out, budget)
+    if "fwd" in modes:
+        if device == "cuda":  # the same run's cuDNN forward, the ratio's peer
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                rec = {"kind": "fwd-cudnn", **base, "cfg": None, "flops": fwd_flops}
+                _try(rec, lambda: _sdpa(q, k, v, causal), lambda res: (res.float() - ref.float()).abs().max().item(),
+                     out, budget)
+        cur = fwd_config(hdim, causal, q.device)
+        cands = FWD[hdim] + (FWD_EXTRA[hdim] if extra else [])
+        fwd_cands = [dataclasses.replace(cur, use_tma=False)] + [FwdConfig(*c) for c in cands]
+        for cfg in dict.fromkeys(fwd_cands):
+            rec = {"kind": "fwd", **base, "cfg": dataclasses.astuple(cfg), "flops": fwd_flops}
+            _try(rec, lambda cfg=cfg: attention_forward(q, k, v, opts, config=cfg)[0],
+                 lambda res: (res.float() - ref.float()).abs().max().item(), out, budget)
+    if "bwd" not in modes:
+        return
 
     out_, lse, _ = attention_forward(q, k, v, opts)
     cur = bwd_config(hdim, causal, q.device)
@@ -112,13 +135,16 @@ def sweep_shape(hdim, causal, seqlen, out, budget, tokens=16384, device="cuda"):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seqlen", type=int, default=4096)
+    parser.add_argument("--seqlen", type=int, nargs="+", default=[4096])
     parser.add_argument("--hdims", type=int, nargs="+", default=[128, 64, 256])
     parser.add_argument("--out", default=None)
     parser.add_argument("--budget-s", type=float, default=500.0)
     # a dry run of the script's logic on the CPU (TRITON_INTERPRET=1): --device cpu --tokens 64
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--modes", nargs="+", choices=("fwd", "bwd"), default=["fwd", "bwd"])
+    parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    parser.add_argument("--extra", action="store_true", help="more forward candidates (FWD_EXTRA)")
     args = parser.parse_args()
     budget = Budget(args.budget_s)
     if args.out:
@@ -127,9 +153,11 @@ def main():
             f.write(json.dumps({"device": name, "torch": torch.__version__,
                                 "triton": triton.__version__, "seqlen": args.seqlen}) + "\n")
     t0 = time.time()
-    for hdim in args.hdims:
-        for causal in (False, True):
-            sweep_shape(hdim, causal, args.seqlen, args.out, budget, args.tokens, args.device)
+    causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    for seqlen in args.seqlen:
+        for hdim in args.hdims:
+            for causal in causals:
+                sweep_shape(hdim, causal, seqlen, args.out, budget, args.tokens, args.device, args.modes, args.extra)
     print(f"\nsweep took {time.time() - t0:.0f} s\n")
 
 
