@@ -93,7 +93,8 @@ def _sdpa(q, k, v, causal):
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal).transpose(1, 2)
 
 
-def sweep_shape(hdim, causal, seqlen, out, budget, tokens=16384, device="cuda", modes=("fwd", "bwd"), extra=False):
+def sweep_shape(hdim, causal, seqlen, out, budget, tokens=16384, device="cuda", modes=("fwd", "bwd"), extra=False,
+                fwd_configs=None):
     q, k, v, dout, opts, fwd_flops = make_problem(hdim, causal, seqlen, tokens, device)
     ref = _sdpa(q, k, v, causal)
     base = {"hdim": hdim, "causal": causal, "seqlen": seqlen}
@@ -107,7 +108,7 @@ def sweep_shape(hdim, causal, seqlen, out, budget, tokens=16384, device="cuda", 
                 _try(rec, lambda: _sdpa(q, k, v, causal), lambda res: (res.float() - ref.float()).abs().max().item(),
                      out, budget)
         cur = fwd_config(hdim, causal, q.device)
-        cands = FWD[hdim] + (FWD_EXTRA[hdim] if extra else [])
+        cands = fwd_configs or FWD[hdim] + (FWD_EXTRA[hdim] if extra else [])
         fwd_cands = [dataclasses.replace(cur, use_tma=False)] + [FwdConfig(*c) for c in cands]
         for cfg in dict.fromkeys(fwd_cands):
             rec = {"kind": "fwd", **base, "cfg": dataclasses.astuple(cfg), "flops": fwd_flops}
@@ -145,6 +146,8 @@ def main():
     parser.add_argument("--modes", nargs="+", choices=("fwd", "bwd"), default=["fwd", "bwd"])
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     parser.add_argument("--extra", action="store_true", help="more forward candidates (FWD_EXTRA)")
+    parser.add_argument("--fwd-configs", default=None,
+                        help="the forward candidates instead of the lists, e.g. '64,64,4,3;64,64,4,3,1'")
     args = parser.parse_args()
     budget = Budget(args.budget_s)
     if args.out:
@@ -154,10 +157,15 @@ def main():
                                 "triton": triton.__version__, "seqlen": args.seqlen}) + "\n")
     t0 = time.time()
     causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    fwd_configs = None
+    if args.fwd_configs:
+        fwd_configs = [tuple(int(x) for x in c.split(",")) for c in args.fwd_configs.split(";")]
+        fwd_configs = [c[:4] + tuple(bool(x) for x in c[4:]) for c in fwd_configs]
     for seqlen in args.seqlen:
         for hdim in args.hdims:
             for causal in causals:
-                sweep_shape(hdim, causal, seqlen, args.out, budget, args.tokens, args.device, args.modes, args.extra)
+                sweep_shape(hdim, causal, seqlen, args.out, budget, args.tokens, args.device, args.modes, args.extra,
+                            fwd_configs)
     print(f"\nsweep took {time.time() - t0:.0f} s\n")
 
 

@@ -276,6 +276,25 @@ def test_one_capability_rule_per_kernel_family(arch, sm90a, tma, hopper, fp8, mo
     assert not (common.runs_sm90a(cpu) or common.has_tma(cpu) or common.is_hopper_family(torch.device("cpu")))
 
 
+def test_hopper_forward_tiles_for_short_causal_calls(monkeypatch):
+    # the Triton forward's tile table on Hopper: d64 causal calls of at most 1024 query rows take 64-row tiles of 4
+    # warps (measured faster at 512 and 1k), longer ones and the other head dims keep the table's row
+    from flashattn2.kernels import common
+    from flashattn2.kernels.portable import configs
+
+    monkeypatch.setattr(common, "capability", lambda index: (9, 0))
+    monkeypatch.setattr(configs, "INTERPRET", False)
+    cuda = torch.device("cuda", 0)
+    long_d64 = configs.fwd_config(64, True, cuda, rows=2048)
+    assert configs.fwd_config(64, True, cuda, rows=512) == configs.FwdConfig(64, 64, 4, 3) != long_d64
+    assert configs.fwd_config(64, True, cuda, rows=1024) == configs.FwdConfig(64, 64, 4, 3)
+    assert long_d64 == configs.fwd_config(64, True, cuda) == configs.FwdConfig(128, 64, 8, 3)
+    assert configs.fwd_config(32, True, cuda, rows=512) == configs.FwdConfig(64, 64, 4, 3)
+    assert configs.fwd_config(128, True, cuda, rows=512) == configs.fwd_config(128, True, cuda)
+    assert configs.fwd_config(64, False, cuda, rows=512) == configs.fwd_config(64, False, cuda)
+    assert configs.fwd_config(64, True, cuda, fp8=True, rows=512) == configs.fwd_config(64, True, cuda, fp8=True)
+
+
 def test_launch_leaves_out_options_a_kernel_lacks_and_names_unknown_arguments():
     # plans pass every AttnOptions.kernel_args() value; a kernel without one (no dropout, say) is launched
     # without it, while a name that is neither the kernel's nor an option is a mistake and raises

@@ -53,6 +53,10 @@ _HOPPER_FWD: dict[bool, list[tuple[int, FwdConfig]]] = {
     False: [(64, FwdConfig(64, 64, 4, 3)), (128, FwdConfig(64, 64, 4, 3)), (256, FwdConfig(128, 64, 8, 2))],
     True: [(64, FwdConfig(128, 64, 8, 3)), (128, FwdConfig(64, 64, 4, 3)), (256, FwdConfig(128, 64, 8, 2))],
 }
+# Causal calls of at most this many query rows, by max padded head dim: d64's 64-row tiles of 4 warps (H200,
+# 2026-11-28, two sweeps against (128, 64, 8, 3): 512 rows 0.150 / 0.150 against 0.167 / 0.167 ms, 1k 0.223 / 0.225
+# against 0.239 / 0.240; at 2k-8k level or slower; benchmarks/results/2026-11-28_s21_h200_sweep_fwd_*)
+_HOPPER_FWD_SHORT_CAUSAL: list[tuple[int, int, FwdConfig]] = [(64, 1024, FwdConfig(64, 64, 4, 3))]
 # The separate dQ kernel beat fp32 atomics at every head dim (by 7% to 30%; in the second sweep also
 # against bulk reduce-adds through a descriptor), so Hopper uses it by default. Tensor descriptors
 # (the last field) won at hdim 128 and 256 and lost at 64 (2026-11-21 second sweep, NOTES.md). The d128
@@ -90,10 +94,16 @@ def _pick(table, block_d: int):
     raise ValueError(f"no tile configuration for padded head dim {block_d}")
 
 
-def fwd_config(block_d: int, causal: bool, device: torch.device, fp8: bool = False) -> FwdConfig:
+def fwd_config(block_d: int, causal: bool, device: torch.device, fp8: bool = False,
+               rows: int | None = None) -> FwdConfig:
+    """rows: the call's (longest) query sequence, which picks the short causal tiles."""
     if INTERPRET:
         return _INTERPRET_FWD
     if is_hopper_family(device):
+        if causal and not fp8 and rows is not None:
+            for bound, max_rows, cfg in _HOPPER_FWD_SHORT_CAUSAL:
+                if block_d <= bound and rows <= max_rows:
+                    return cfg
         return _pick((_HOPPER_FWD_FP8 if fp8 else _HOPPER_FWD)[causal], block_d)
     return _pick(_GENERIC_FWD, block_d)
 

@@ -224,7 +224,7 @@ class ForwardPlan:
         head_dim_v = v.shape[-1]
         block_dv = padded_head_dim(head_dim_v)
         fp8 = q.dtype == torch.float8_e4m3fn
-        cfg = config or fwd_config(max(block_d, block_dv), opts.causal, q.device, fp8)
+        cfg = config or fwd_config(max(block_d, block_dv), opts.causal, q.device, fp8, seqlen_q)
         self.backward_plans: dict = {}
         # FP8 attention writes bf16, as FlashAttention-3's does
         self.dtype, self.device = torch.bfloat16 if fp8 else q.dtype, q.device
