@@ -1,0 +1,106 @@
+"""A/B of the MLA (192/128) Gluon backward's tunings inside the whole backward, beside cuDNN, interleaved per shape.
+
+    PYTHONPATH=src python scripts/ab_mla_bwd.py --out DIR [--try NAME:KEY=V,KEY=V ...] [--seqlens 2048 ...]
+
+bf16, causal, 16 heads, 16k tokens a batch. "base" is CONFIGS_MLA's tuning; each --try variant changes keys of it
+(host keys such as L2_SECTIONS too). Every variant's gradients are checked against the base's first; rounds run in
+alternating order and each variant's median and best ms are kept, with the section the plan launched with.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashattn2
+from flashattn2.kernels import backends
+from flashattn2.kernels.params import AttnOptions
+from flashattn2.kernels.portable import forward
+from flashattn2.kernels.sm90 import backward as bwd_sm90
+
+KEY = (192, 128)
+
+
+def measure(seqlen: int, variants: dict, rounds: int) -> dict:
+    batch, nheads = 16384 // seqlen, 16
+    torch.manual_seed(seqlen)
+    q, k = (torch.randn(batch, seqlen, nheads, 192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    v, dout = (torch.randn(batch, seqlen, nheads, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    opts = AttnOptions(softmax_scale=192 ** -0.5, window_left=-1, window_right=0)
+    out, lse, _ = forward.attention_forward(q, k, v, opts)
+    flops = 2.5 * 2 * batch * nheads * seqlen * seqlen * (192 + 128) / 2
+    row = dict(seqlen=seqlen, batch=batch, errors={}, section={}, ms={})
+    saved = dict(bwd_sm90.CONFIGS_MLA)
+    fns, ref = {}, None
+    try:
+        for name, tuning in variants.items():
+            bwd_sm90.CONFIGS_MLA[KEY] = tuning
+            flashattn2.set_backend("gluon")  # drops the plans made with the last tuning
+            try:
+                plan = backends.backward_plan(dout, q, k, v, out, lse, opts)
+                assert plan.gluon is not None
+                grads = [g.clone() for g in plan(dout, q, k, v, out, lse, opts)]
+            except Exception as exc:  # a variant that does not compile or launch is recorded, not fatal
+                row["errors"][name] = str(exc).splitlines()[0][:300] if str(exc) else repr(exc)
+                print(f"FAILED {name} s{seqlen}: {row['errors'][name]}", flush=True)
+                continue
+            ref = ref or grads
+            row["errors"][name] = [(g.float() - r.float()).abs().max().item() for g, r in zip(grads, ref, strict=True)]
+            row["section"][name] = plan.gluon.launch.named.get("section")
+            if not all(e < 5e-2 for e in row["errors"][name]):  # NaN fails too
+                print(f"WRONG {name} s{seqlen}: {row['errors'][name]}", flush=True)
+                continue
+            fns[name] = (lambda p: lambda: p(dout, q, k, v, out, lse, opts))(plan)
+    finally:
+        bwd_sm90.CONFIGS_MLA.clear()
+        bwd_sm90.CONFIGS_MLA.update(saved)
+        flashattn2.set_backend("auto")
+    qt, kt, vt = (x.transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+    dot = dout.transpose(1, 2).contiguous()
+    fns["cudnn"] = lambda: torch.autograd.grad(o, (qt, kt, vt), dot, retain_graph=True)
+    times = {name: [] for name in fns}
+    for r in range(rounds):
+        for name, fn in (reversed if r % 2 else iter)(list(fns.items())):
+            times[name].append(triton.testing.do_bench(fn, warmup=25, rep=100))
+    for name, ts in times.items():
+        row["ms"][name] = dict(median=statistics.median(ts), best=min(ts), all=ts)
+    row["tflops_median"] = {n: round(flops / t["median"] / 1e9, 1) for n, t in row["ms"].items()}
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seqlens", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
+    ap.add_argument("--try", dest="tries", nargs="*", default=[], help="NAME:KEY=VALUE,... variants")
+    ap.add_argument("--rounds", type=int, default=4)
+    args = ap.parse_args()
+    base = dict(bwd_sm90.CONFIGS_MLA[KEY])
+    variants = {"base": base}
+    for spec in args.tries:
+        name, changes = spec.split(":")
+        variants[name] = dict(base, **{k: int(v) for k, v in (c.split("=") for c in changes.split(","))})
+    rows = []
+    for seqlen in args.seqlens:
+        rows.append(measure(seqlen, variants, args.rounds))
+        r = rows[-1]
+        med = {n: t["median"] for n, t in r["ms"].items()}
+        print(f"s{seqlen}: " + "  ".join(f"{n} {t:.3f} ms (sec {r['section'].get(n)})" for n, t in med.items())
+              + "  | time over base: " + " ".join(f"{n} {t / med['base']:.3f}" for n, t in med.items()), flush=True)
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), variants=variants)
+    os.makedirs(args.out, exist_ok=True)
+    with open(f"{args.out}/ab_mla_bwd.json", "w") as f:
+        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
