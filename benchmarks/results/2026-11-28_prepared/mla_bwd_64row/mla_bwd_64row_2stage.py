@@ -555,21 +555,64 @@ DEFAULTS = dict(DO_STAGES=None, DQ_STAGE=0, SDP_SEQ=False, NA=32, NB=16, STAGES=
                 DQ_SEQ=False, HAS_SOFTCAP=False, FREE_REGS=True, ONE_CTA=True)
 
 
-def compile_for_sm90(dtype=torch.bfloat16, **flags):
-    """Compile the prototype for sm_90a (no GPU needed), as backward.compile_for_sm90 does the package's kernel."""
+def kernel_constants(**flags):
+    """(the kernel's constexpr arguments, ONE_CTA): DEFAULTS with `flags`, DO_STAGES None taking STAGES. One
+    function for compile_for_sm90 and launch_args, so that a launch runs the kernel that was compiled."""
     constants = dict(DEFAULTS, **flags)
     if constants["DO_STAGES"] is None:
         constants["DO_STAGES"] = constants["STAGES"]
+    one_cta = constants.pop("ONE_CTA")
+    return constants, one_cta
+
+
+def descriptor_blocks(constants):
+    """Each descriptor argument's block: (the inputs' ones, in the inputs' dtype; the fp32 dQ ones)."""
     na, nb = constants["NA"], constants["NB"]
     nbx = nb if nb > 0 else na
-    descriptors = dict(q_desc=[1, 64, 1, 64], ka_desc=[1, na, 1, 64], kb_desc=[1, nbx, 1, 64],
-                       va_desc=[1, na, 1, 128], vb_desc=[1, nbx, 1, 128], do_desc=[1, 64, 1, 128])
+    inputs = dict(q_desc=[1, 64, 1, 64], ka_desc=[1, na, 1, 64], kb_desc=[1, nbx, 1, 64], va_desc=[1, na, 1, 128],
+                  vb_desc=[1, nbx, 1, 128], do_desc=[1, 64, 1, 128])
+    return inputs, dict(dq64_desc=[1, 64, 1, 64], dq32_desc=[1, 64, 1, 32])
+
+
+def compile_for_sm90(dtype=torch.bfloat16, **flags):
+    """Compile the prototype for sm_90a (no GPU needed), as backward.compile_for_sm90 does the package's kernel."""
+    constants, one_cta = kernel_constants(**flags)
+    descriptors, dq_blocks = descriptor_blocks(constants)
     types = dict(Lse="*fp32", Delta="*fp32", dK="*DTYPE", dV="*DTYPE", qk_scale="fp32", softmax_scale="fp32",
                  softcap_in2="fp32", softcap_out="fp32")
-    for name, cols in (("dq64_desc", 64), ("dq32_desc", 32)):
-        block = [1, 64, 1, cols]
+    for name, block in dq_blocks.items():
         types[name] = f"tensordesc<fp32[{','.join(map(str, block))}],{shared_layout(block, torch.float32)!r}>"
-    one_cta = constants.pop("ONE_CTA")
     ctx = one_cta_registers(one_cta) if constants["FREE_REGS"] else contextlib.nullcontext()
     with ctx:
         return compile_gluon(mla_bwd_rows_kernel, dtype, 192, descriptors, types, constants, MAXNREG, False)
+
+
+def launch_args(q, k, v, do, dq_acc, lse, delta, dk, dv, softmax_scale, **flags):
+    """(every argument of mla_bwd_rows_kernel in its order, constexprs included as Triton's launcher takes them;
+    num_tiles) for dense causal q (batch, seqlen_q, heads, 192), k (batch, seqlen_k, heads_k, 192), v and dO
+    (..., 128), dq_acc: a zeroed fp32 tensor like q that receives softmax_scale * dQ (= dQ), lse (natural log, as
+    the package's forward returns it) and delta: (batch, heads, seqlen_q) with the same strides, dk, dv like k, v.
+    The work items are (128-key tile, batch x kv head) pairs: num_tiles of them; any grid size walks them all."""
+    from flashattn2.kernels.params import LOG2E as LOG2E_HOST
+    from flashattn2.kernels.params import lse_strides, row_strides
+    from flashattn2.kernels.sm90.common import descriptor
+
+    constants, _ = kernel_constants(**flags)
+    blocks, dq_blocks = descriptor_blocks(constants)
+    batch, seqlen_q, nheads, _ = q.shape
+    seqlen_k, nheads_k = k.shape[1], k.shape[2]
+    assert lse.shape == delta.shape == (batch, nheads, seqlen_q) and lse.stride() == delta.stride()
+    assert dk.shape == k.shape and dv.shape == v.shape and dq_acc.shape == q.shape and dq_acc.dtype == torch.float32
+    sources = dict(q_desc=q, ka_desc=k, kb_desc=k, va_desc=v, vb_desc=v, do_desc=do)
+    values = {name: descriptor(sources[name], block, shared_layout(block, sources[name].dtype))
+              for name, block in blocks.items()}
+    values.update({name: descriptor(dq_acc, block, shared_layout(block, torch.float32))
+                   for name, block in dq_blocks.items()})
+    block_n = 2 * (constants["NA"] + constants["NB"])
+    num_tiles = -(-seqlen_k // block_n) * batch * nheads_k
+    values.update(Lse=lse, Delta=delta, dK=dk, dV=dv, stride_dk=row_strides(dk, False),
+                  stride_dv=row_strides(dv, False), stride_lse=lse_strides(lse, False), nheads=nheads,
+                  nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, qk_scale=float(softmax_scale * LOG2E_HOST),
+                  softmax_scale=float(softmax_scale), softcap_in2=0.0, softcap_out=0.0, num_tiles=num_tiles,
+                  **constants)
+    return [values[name] for name in mla_bwd_rows_kernel.arg_names], num_tiles
