@@ -98,8 +98,8 @@ MLA_QK_DIM, MLA_CHUNK = gl.constexpr(192), gl.constexpr(64)
 CONFIGS_MLA = {(192, 128): dict(BLOCK_M=32, STAGES=3, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False,
                                 COALESCED_DKV=True, L2_SECTIONS=0, FREE_REGS=True, DQ_SPARE_SLOT=True)}
 # COALESCED_DKV (dK chunk 0 and dV through shared memory into 16-byte row pieces): whole backward 0.966-0.993 of
-# the plain stores' time at 2k-16k causal, two runs (H200, 2026-11-28); sm_90 spills 116 -> 128 bytes, all in the
-# epilogue. L2_SECTIONS 1 and 2 (longest items first over L2-sized sections, which a list-scheduling model put at
+# the plain stores' time at 2k-16k causal, two runs (H200, 2026-11-28); sm_90 spill stores 116 -> 128 bytes
+# (not located). L2_SECTIONS 1 and 2 (longest items first over L2-sized sections, which a list-scheduling model put at
 # +5-7% at 2k-8k) measured 0.98-1.04, so off
 # DQ_SPARE_SLOT: a second dQ staging buffer for warpgroup 0, so that its chunk 1 need not wait for chunk 0's
 # reduce-add to read the first (ncu at 2k: that wait held warpgroup 0 in 8% of its samples); 8 KB more shared memory
