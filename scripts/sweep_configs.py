@@ -1,7 +1,7 @@
 """Time candidate tile configurations of the forward and backward kernels on the GPU.
 
     PYTHONPATH=src python scripts/sweep_configs.py [--seqlen 4096 ...] [--hdims 128 64 256] [--out FILE]
-        [--budget-s 500] [--modes fwd bwd] [--causal both|yes|no] [--extra]
+        [--budget-s 500] [--modes fwd bwd] [--causal both|yes|no] [--extra] [--fwd-configs 'M,N,W,S[,1];...']
 
 bf16, 16k tokens per batch, hidden 2048 (the paper's setup). Each candidate is checked against a
 reference and timed; the dK/dV and dQ kernels are swept one at a time with the other kernel fixed at
@@ -107,7 +107,7 @@ def sweep_shape(hdim, causal, seqlen, out, budget, tokens=16384, device="cuda", 
                 rec = {"kind": "fwd-cudnn", **base, "cfg": None, "flops": fwd_flops}
                 _try(rec, lambda: _sdpa(q, k, v, causal), lambda res: (res.float() - ref.float()).abs().max().item(),
                      out, budget)
-        cur = fwd_config(hdim, causal, q.device)
+        cur = fwd_config(hdim, causal, q.device, rows=seqlen)  # what the package runs at this length
         cands = fwd_configs or FWD[hdim] + (FWD_EXTRA[hdim] if extra else [])
         fwd_cands = [dataclasses.replace(cur, use_tma=False)] + [FwdConfig(*c) for c in cands]
         for cfg in dict.fromkeys(fwd_cands):
