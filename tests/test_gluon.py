@@ -57,6 +57,9 @@ VARIANTS = [
     (192, torch.float16, {"BWD": True, "head_dim_v=128": True, "HAS_RIGHT": True, "IS_VARLEN": True,
                           "MAY_SPILL": True}),
     (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "FUSED_DQ=0": True, "MAY_SPILL": True}),
+    # dK/dV stored from the accumulators (CONFIGS_MLA stores them through shared memory, COALESCED_DKV)
+    (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "COALESCED_DKV=0": True, "HAS_RIGHT": True,
+                           "MAY_SPILL": True}),
     # the 64-key items kept to compare (CONFIGS_MLA_NARROW: Q and K in 64-column tiles of [rows, 256] buffers)
     (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "SPLIT_D=1": True, "BLOCK_M=64": True,
                            "STAGES=2": True, "FREE_REGS=0": True}),
