@@ -2,7 +2,9 @@
 
     PYTHONPATH=src python scripts/ab_mla_bwd.py --out DIR [--try NAME:KEY=V,KEY=V ...] [--seqlens 2048 ...]
 
-bf16, causal, 16 heads, 16k tokens a batch. "base" is CONFIGS_MLA's tuning; each --try variant changes keys of it
+bf16, causal, 16 heads, 16k tokens a batch; cuDNN and FlexAttention (torch.compile'd, causal block mask) time the
+same backward in the same rounds. "base" is the package's tuning at each length (tuning_for: CONFIGS_MLA with
+CONFIGS_MLA_SHORT_CAUSAL's keys where they apply); each --try variant changes keys of it
 (host keys such as L2_SECTIONS too). Every variant's gradients are checked against the base's first; rounds run in
 alternating order and each variant's median and best ms are kept, with the section the plan launched with.
 """
@@ -17,6 +19,7 @@ import torch
 import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import flashattn2
 from flashattn2.kernels import backends
@@ -25,9 +28,11 @@ from flashattn2.kernels.portable import forward
 from flashattn2.kernels.sm90 import backward as bwd_sm90
 
 KEY = (192, 128)
+FLEX = torch.compile(flex_attention)
+torch._functorch.config.donated_buffer = False  # the timing loop calls backward with retain_graph=True
 
 
-def measure(seqlen: int, variants: dict, rounds: int) -> dict:
+def measure(seqlen: int, variants: dict, rounds: int, flex: bool = True) -> dict:
     batch, nheads = 16384 // seqlen, 16
     torch.manual_seed(seqlen)
     q, k = (torch.randn(batch, seqlen, nheads, 192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -35,10 +40,13 @@ def measure(seqlen: int, variants: dict, rounds: int) -> dict:
     opts = AttnOptions(softmax_scale=192 ** -0.5, window_left=-1, window_right=0)
     out, lse, _ = forward.attention_forward(q, k, v, opts)
     flops = 2.5 * 2 * batch * nheads * seqlen * seqlen * (192 + 128) / 2
-    row = dict(seqlen=seqlen, batch=batch, errors={}, section={}, ms={})
-    saved = dict(bwd_sm90.CONFIGS_MLA)
+    base = bwd_sm90.tuning_for(KEY[0], opts, KEY[1], seqlen)
+    variants = {name: dict(base, **changes) for name, changes in variants.items()}
+    row = dict(seqlen=seqlen, batch=batch, errors={}, section={}, ms={}, variants=variants)
+    saved, saved_short = dict(bwd_sm90.CONFIGS_MLA), dict(bwd_sm90.CONFIGS_MLA_SHORT_CAUSAL)
     fns, ref = {}, None
     try:
+        bwd_sm90.CONFIGS_MLA_SHORT_CAUSAL.clear()  # each variant runs as written
         for name, tuning in variants.items():
             bwd_sm90.CONFIGS_MLA[KEY] = tuning
             flashattn2.set_backend("gluon")  # drops the plans made with the last tuning
@@ -60,12 +68,24 @@ def measure(seqlen: int, variants: dict, rounds: int) -> dict:
     finally:
         bwd_sm90.CONFIGS_MLA.clear()
         bwd_sm90.CONFIGS_MLA.update(saved)
+        bwd_sm90.CONFIGS_MLA_SHORT_CAUSAL.update(saved_short)
         flashattn2.set_backend("auto")
     qt, kt, vt = (x.transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
     dot = dout.transpose(1, 2).contiguous()
     fns["cudnn"] = lambda: torch.autograd.grad(o, (qt, kt, vt), dot, retain_graph=True)
+    try:  # FlexAttention's backward is a peer users have today; a failure to compile is recorded, not fatal
+        if not flex:
+            raise RuntimeError("left out (--no-flex)")
+        block_mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, seqlen, seqlen, device="cuda")
+        of = FLEX(qt, kt, vt, block_mask=block_mask, scale=192 ** -0.5)
+        fns["flex"] = lambda: torch.autograd.grad(of, (qt, kt, vt), dot, retain_graph=True)
+        fns["flex"]()
+    except Exception as exc:
+        fns.pop("flex", None)
+        row["errors"]["flex"] = str(exc).splitlines()[0][:300] if str(exc) else repr(exc)
+        print(f"FAILED flex s{seqlen}: {row['errors']['flex']}", flush=True)
     times = {name: [] for name in fns}
     for r in range(rounds):
         for name, fn in (reversed if r % 2 else iter)(list(fns.items())):
@@ -82,15 +102,15 @@ def main() -> None:
     ap.add_argument("--seqlens", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
     ap.add_argument("--try", dest="tries", nargs="*", default=[], help="NAME:KEY=VALUE,... variants")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--no-flex", action="store_true", help="leave FlexAttention out (its compile takes a minute)")
     args = ap.parse_args()
-    base = dict(bwd_sm90.CONFIGS_MLA[KEY])
-    variants = {"base": base}
+    variants = {"base": {}}  # changes over the package's tuning at each length
     for spec in args.tries:
         name, changes = spec.split(":")
-        variants[name] = dict(base, **{k: int(v) for k, v in (c.split("=") for c in changes.split(","))})
+        variants[name] = {k: int(v) for k, v in (c.split("=") for c in changes.split(","))}
     rows = []
     for seqlen in args.seqlens:
-        rows.append(measure(seqlen, variants, args.rounds))
+        rows.append(measure(seqlen, variants, args.rounds, flex=not args.no_flex))
         r = rows[-1]
         med = {n: t["median"] for n, t in r["ms"].items()}
         print(f"s{seqlen}: " + "  ".join(f"{n} {t:.3f} ms (sec {r['section'].get(n)})" for n, t in med.items())
