@@ -277,17 +277,17 @@ def test_one_capability_rule_per_kernel_family(arch, sm90a, tma, hopper, fp8, mo
 
 
 def test_hopper_forward_tiles_for_short_causal_calls(monkeypatch):
-    # the Triton forward's tile table on Hopper: d64 causal calls of at most 1024 query rows take 64-row tiles of 4
-    # warps (measured faster at 512 and 1k), longer ones and the other head dims keep the table's row
+    # the Triton forward's tile table on Hopper: d64 causal calls of at most 4096 query rows take 64-row tiles of 4
+    # warps (measured faster at 512-4k), longer ones and the other head dims keep the table's row
     from flashattn2.kernels import common
     from flashattn2.kernels.portable import configs
 
     monkeypatch.setattr(common, "capability", lambda index: (9, 0))
     monkeypatch.setattr(configs, "INTERPRET", False)
     cuda = torch.device("cuda", 0)
-    long_d64 = configs.fwd_config(64, True, cuda, rows=2048)
+    long_d64 = configs.fwd_config(64, True, cuda, rows=4097)
     assert configs.fwd_config(64, True, cuda, rows=512) == configs.FwdConfig(64, 64, 4, 3) != long_d64
-    assert configs.fwd_config(64, True, cuda, rows=1024) == configs.FwdConfig(64, 64, 4, 3)
+    assert configs.fwd_config(64, True, cuda, rows=4096) == configs.FwdConfig(64, 64, 4, 3)
     assert long_d64 == configs.fwd_config(64, True, cuda) == configs.FwdConfig(128, 64, 8, 3)
     assert configs.fwd_config(32, True, cuda, rows=512) == configs.FwdConfig(64, 64, 4, 3)
     assert configs.fwd_config(128, True, cuda, rows=512) == configs.fwd_config(128, True, cuda)
