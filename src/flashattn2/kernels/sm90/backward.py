@@ -112,6 +112,11 @@ CONFIGS_MLA_NARROW = {(192, 128): dict(CONFIGS_MLA[(192, 128)], BLOCK_M=64, STAG
 # persistent grid too, each program taking the items a host-made schedule gives it (the forward's "scheduled" walk),
 # so that the producer loads an item's K and V under the last one's dK/dV stores. MLA's 128-key items: -2.0% to
 # +1.4% at 2k-16k (H200, 2026-11-27), so off there
+# dense causal (right-edged) MLA calls of at most this many query rows, over CONFIGS_MLA's entry: the scheduled
+# persistent grid, items over one L2-sized section, longest first. Time over the default in three runs with
+# COALESCED_DKV (H200, 2026-11-28, benchmarks/results/2026-11-28_s22_ab/04-06): 2k 0.978 / 0.983 / 0.991, 4k 0.993 /
+# 0.997 / 0.996, 8k 0.988 / 0.982 / 0.975; at 16k 1.011 / 1.025 / 1.036, so longer calls keep one program per item
+CONFIGS_MLA_SHORT_CAUSAL = {(192, 128): (8192, dict(PERSISTENT_CAUSAL=True, L2_SECTIONS=1))}
 HOST_TUNING_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS")
 
 
@@ -958,11 +963,17 @@ def dq_block(tuning: dict, head_dim: int) -> list[int]:
     return [1, tuning["BLOCK_M"], 1, head_dim // 2]
 
 
-def tuning_for(head_dim: int, opts: AttnOptions, head_dim_v: int | None = None) -> dict:
+def tuning_for(head_dim: int, opts: AttnOptions, head_dim_v: int | None = None, rows: int | None = None) -> dict:
     """The kernel's tuning for a call: deterministic calls take the dK/dV-only kernel and the dQ pass; a value head
-    dim unlike the query's CONFIGS_MLA's entry (without the fused dQ when deterministic)."""
+    dim unlike the query's CONFIGS_MLA's entry (without the fused dQ when deterministic), with
+    CONFIGS_MLA_SHORT_CAUSAL's keys for dense causal calls of at most its `rows` (query rows)."""
     if head_dim_v not in (None, head_dim):
-        return dict(CONFIGS_MLA[(head_dim, head_dim_v)], FUSED_DQ=not opts.deterministic)
+        tuning = dict(CONFIGS_MLA[(head_dim, head_dim_v)], FUSED_DQ=not opts.deterministic)
+        max_rows, short = CONFIGS_MLA_SHORT_CAUSAL.get((head_dim, head_dim_v), (0, {}))
+        if (opts.window_right >= 0 and not opts.varlen and not opts.deterministic and rows is not None
+                and rows <= max_rows):
+            tuning.update(short)
+        return tuning
     return (CONFIGS_DKDV if opts.deterministic else CONFIGS)[head_dim]
 
 
@@ -1018,7 +1029,7 @@ class Sm90Backward:
         batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim = problem_dims(q, k, opts)
         head_dim_v = v.shape[-1]
         mla = head_dim_v != head_dim
-        tuning = dict(tuning_for(head_dim, opts, head_dim_v))
+        tuning = dict(tuning_for(head_dim, opts, head_dim_v, seqlen_q))
         persistent = tuning.pop("PERSISTENT")
         persistent_causal = tuning.pop("PERSISTENT_CAUSAL", False)
         l2_share = tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
