@@ -55,9 +55,9 @@ _HOPPER_FWD: dict[bool, list[tuple[int, FwdConfig]]] = {
 }
 # Causal calls of at most this many query rows, by max padded head dim: d64's 64-row tiles of 4 warps (H200,
 # 2026-11-28, two sweeps against (128, 64, 8, 3): 512 rows 0.150 / 0.150 against 0.167 / 0.167 ms, 1k 0.223 / 0.225
-# against 0.239 / 0.240; benchmarks/results/2026-11-28_s21_h200_sweep_fwd_*). Interleaved A/Bs (scripts/ab_triton_fwd.py,
-# 2026-11-28_s22_ab/06-07), time over (128, 64, 8, 3): 1k 0.931, 2k 0.971 / 0.937, 4k 0.963 / 0.974. From 8k rows
-# auto runs the Gluon forward (one-shot sweeps read 8k slower)
+# against 0.239 / 0.240; benchmarks/results/2026-11-28_s21_h200_sweep_fwd_*). Interleaved A/Bs
+# (scripts/ab_triton_fwd.py, 2026-11-28_s22_ab/06-09), time over (128, 64, 8, 3): 1k 0.931, 2k 0.971 / 0.937 / 0.960,
+# 4k 0.963 / 0.974 / 0.984. From 8k rows auto runs the Gluon forward (one-shot sweeps read 8k slower)
 _HOPPER_FWD_SHORT_CAUSAL: list[tuple[int, int, FwdConfig]] = [(64, 4096, FwdConfig(64, 64, 4, 3))]
 # The separate dQ kernel beat fp32 atomics at every head dim (by 7% to 30%; in the second sweep also
 # against bulk reduce-adds through a descriptor), so Hopper uses it by default. Tensor descriptors
