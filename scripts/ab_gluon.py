@@ -50,8 +50,13 @@ def measure(dtype_name: str, hdim: int, causal: bool, seqlen: int) -> dict:
         fns["cudnn"] = functools.partial(F.scaled_dot_product_attention, qt, kt, vt, is_causal=causal)
     errors = {}
     for name, tuning in VARIANTS.items():
-        plan = fwd_sm90.Sm90ForwardPlan(q, k, v, opts, tuning)
-        out, lse, _ = plan(q, k, v, opts, descales)
+        try:
+            plan = fwd_sm90.Sm90ForwardPlan(q, k, v, opts, tuning)
+            out, lse, _ = plan(q, k, v, opts, descales)
+        except Exception as exc:  # out of shared memory, a refused key: recorded, the other variants still run
+            errors[name] = str(exc).splitlines()[0][:300] if str(exc) else repr(exc)
+            print(f"FAILED {name} {dtype_name} d{hdim} causal={causal} s{seqlen}: {errors[name]}", flush=True)
+            continue
         err = (out.float() - ref.float()).abs().max().item()
         lse_err = (lse - ref_lse).abs().max().item()
         errors[name] = (err, lse_err)

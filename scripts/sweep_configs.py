@@ -103,10 +103,12 @@ def sweep_shape(hdim, causal, seqlen, out, budget, tokens=16384, device="cuda", 
         if device == "cuda":  # the same run's cuDNN forward, the ratio's peer
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
+            # on its own (batch, heads, seqlen, dim) layout, as the package bench runs it
+            qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 rec = {"kind": "fwd-cudnn", **base, "cfg": None, "flops": fwd_flops}
-                _try(rec, lambda: _sdpa(q, k, v, causal), lambda res: (res.float() - ref.float()).abs().max().item(),
-                     out, budget)
+                _try(rec, lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal),
+                     lambda res: (res.transpose(1, 2).float() - ref.float()).abs().max().item(), out, budget)
         cur = fwd_config(hdim, causal, q.device, rows=seqlen)  # what the package runs at this length
         cands = fwd_configs or FWD[hdim] + (FWD_EXTRA[hdim] if extra else [])
         fwd_cands = [dataclasses.replace(cur, use_tma=False)] + [FwdConfig(*c) for c in cands]
