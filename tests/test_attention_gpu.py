@@ -22,7 +22,7 @@ LARGE = [
     (1, 8192, 8192, 2, 1),
     (3, 1000, 3001, 4, 2),
     (4, 2049, 1023, 2, 2),
-    (2, 1500, 2048, 4, 2),  # d64 causal below 2k rows: the Triton forward's short causal tiles, a cut last tile
+    (2, 1500, 2048, 4, 2),  # d64 causal, 1,500 rows: the Triton forward's short causal tiles, a cut last tile
 ]
 
 

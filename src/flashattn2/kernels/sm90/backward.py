@@ -111,7 +111,7 @@ CONFIGS_MLA_NARROW = {(192, 128): dict(CONFIGS_MLA[(192, 128)], BLOCK_M=64, STAG
 # PERSISTENT_CAUSAL (a host tuning key; CONFIGS' d64 and d128): dense calls with a right window edge (causal) on a
 # persistent grid too, each program taking the items a host-made schedule gives it (the forward's "scheduled" walk),
 # so that the producer loads an item's K and V under the last one's dK/dV stores. MLA's 128-key items: -2.0% to
-# +1.4% at 2k-16k (H200, 2026-11-27), so off there
+# +1.4% at 2k-16k (H200, 2026-11-27), so off in CONFIGS_MLA (with one L2 section below 8k rows: the table below)
 # dense causal (right-edged) MLA calls of at most this many query rows, over CONFIGS_MLA's entry: the scheduled
 # persistent grid, items over one L2-sized section, longest first. Time over the default in three runs with
 # COALESCED_DKV (H200, 2026-11-28, benchmarks/results/2026-11-28_s22_ab/04-06): 2k 0.978 / 0.983 / 0.991, 4k 0.993 /
