@@ -6,7 +6,9 @@
 # sm_90 (triton 3.6): d128 causal / non-causal / d64 causal / FP8 d128 compile with no C75xx, shared memory as
 # today, HGMMA 96 -> 144 (the chained path is a second copy of the loop), spill stores 76 / 92 / 56 / 40 bytes,
 # all scalar (item metadata) at item boundaries, none in the key-tile loop; the default path's SASS is unchanged
-# in length and opcode counts (a few registers renumbered). Prediction: d128 causal +3-8% at 512-1k, +1-3% at 2k,
+# in length and opcode counts (a few registers renumbered); the spills lie outside the key-tile loops (checked on
+# the SASS's innermost HGMMA loops). Also compiled: varlen d128 causal 4 B, MLA 192/128 causal 12 B, d64 causal fp16
+# with softcap 68 B, and three consumers (d64 non-causal's default) 256 B, so expect a loss there. Prediction: d128 causal +3-8% at 512-1k, +1-3% at 2k,
 # level from 4k; non-causal 512 +2-5%.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
