@@ -20,3 +20,5 @@ timeout 200 python3 scripts/ab_gluon.py --out $OUT/d128 --hdims 128 --causal bot
   --try ov:ITEM_OVERLAP=1 2>&1 | grep -v Warn | tail -n 8 | tee -a $L
 timeout 120 python3 scripts/ab_gluon.py --out $OUT/d64 --hdims 64 --causal both --seqlens 512 1024 2048 --rounds 3 \
   --try ov:ITEM_OVERLAP=1 2>&1 | grep -v Warn | tail -n 6 | tee -a $L
+# issue 27's MLA forward (192/128 causal; 0.92x cuDNN at 2k on the H100, session 20): the same chaining
+timeout 150 python3 scripts/ab_mla_fwd.py ov:ITEM_OVERLAP=True 2>&1 | grep -v Warn | tail -n 4 | tee -a $L
