@@ -1,5 +1,6 @@
 """Interleaved A/B of the 192/128 (MLA) Gluon forward's tuning on an sm_90 GPU: causal, 16 heads, 16k tokens per
-batch at 2k-16k, each variant timed twice in the order A B ... A B, cuDNN in the same run.
+batch at 2k-16k, each variant timed twice in the order A B ... A B, cuDNN and FlexAttention (torch.compile'd, causal
+block mask) in the same run.
 
     PYTHONPATH=src python scripts/ab_mla_fwd.py NAME:KEY=VALUE[+KEY=VALUE] ...
 
@@ -15,12 +16,14 @@ import torch
 import torch.nn.functional as F
 import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import flashattn2
 from flashattn2 import flash_attn_func
 from flashattn2.kernels.sm90 import forward as fwd
 
 DIMS = (192, 128)
+FLEX = torch.compile(flex_attention)
 
 
 def _value(text: str):
@@ -58,6 +61,14 @@ def _row(seqlen: int, variants: dict, base: dict, base_causal: dict) -> dict:
     v = torch.randn(batch, seqlen, 16, 128, device="cuda", dtype=torch.bfloat16)
     cudnn = functools.partial(_cudnn, *(x.transpose(1, 2).contiguous() for x in (q, k, v)))
     row = {"seqlen": seqlen, "cudnn": _median_ms(cudnn)}
+    try:  # a peer users have today; a failure to compile is recorded, not fatal
+        block_mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, seqlen, seqlen, device="cuda")
+        flex = functools.partial(FLEX, *(x.transpose(1, 2).contiguous() for x in (q, k, v)), block_mask=block_mask,
+                                 scale=192 ** -0.5)
+        flex()
+        row["flex"] = _median_ms(flex)
+    except Exception as exc:
+        row["flex"] = str(exc).splitlines()[0][:200] if str(exc) else repr(exc)
     ours = functools.partial(flash_attn_func, q, k, v, causal=True)
     for rnd in (1, 2):
         for name, over in variants.items():
