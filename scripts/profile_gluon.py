@@ -17,7 +17,10 @@ forward and backward, causal, 16 heads, 16k tokens (the backward's dQ bulk reduc
 forward at 512 (32 x 512, 16 heads), Gluon then the Triton forward, the cell where Gluon trails Triton most:
 
     ncu --section SpeedOfLight --section WarpStateStats --section LaunchStats -k regex:'attention' \\
-        python scripts/profile_gluon.py --case d64c"""
+        python scripts/profile_gluon.py --case d64c
+
+--case d128c: the d128 causal forward at 512 (32 x 512, 16 heads) on the Gluon forward, the d128 cell furthest
+below cuDNN; --fwd-tuning KEY=V+... over CONFIGS[128] (a prepared key such as ITEM_OVERLAP=1, once applied)."""
 
 import argparse
 
@@ -68,6 +71,19 @@ def latent(tuning: str = "") -> None:
     torch.cuda.synchronize()
 
 
+def d128c(tuning: str = "") -> None:
+    from tuning_spec import parse
+
+    from flashattn2.kernels.sm90 import forward as kernel
+
+    kernel.CONFIGS[128] = dict(kernel.CONFIGS[128], **parse(tuning, kernel.CONFIGS[128]))
+    flashattn2.set_backend("gluon")
+    q, k, v = (torch.randn(32, 512, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    for _ in range(2):
+        flash_attn_func(q, k, v, causal=True)
+    torch.cuda.synchronize()
+
+
 def d64c() -> None:
     q, k, v = (torch.randn(32, 512, 16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     for backend in ("gluon", "triton"):
@@ -80,8 +96,9 @@ def d64c() -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python scripts/profile_gluon.py", description=__doc__.split("\n")[0])
     parser.add_argument("--latent-tuning", default="", help="--case latent: LATENT_TUNING keys, KEY=V joined with +")
-    parser.add_argument("--case", choices=("d128", "mla", "latent", "mla2k", "d64c"), default="d128")
+    parser.add_argument("--fwd-tuning", default="", help="--case d128c: CONFIGS[128] keys, KEY=V joined with +")
+    parser.add_argument("--case", choices=("d128", "mla", "latent", "mla2k", "d64c", "d128c"), default="d128")
     args = parser.parse_args()
     cases = {"d128": d128, "mla": mla, "latent": lambda: latent(args.latent_tuning), "mla2k": lambda: mla(8, 2048),
-             "d64c": d64c}
+             "d64c": d64c, "d128c": lambda: d128c(args.fwd_tuning)}
     cases[args.case]()
