@@ -24,8 +24,9 @@ timeout 120 python3 scripts/ab_gluon.py --out $OUT/d64 --hdims 64 --causal both 
 timeout 150 python3 scripts/ab_mla_fwd.py ov:ITEM_OVERLAP=True 2>&1 | grep -v Warn | tail -n 4 | tee -a $L
 # ncu of the d128 causal forward at 512, default and chained (SpeedOfLight and warp states; the second launch)
 N=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -n 1)
-for t in "" "ITEM_OVERLAP=1"; do
+for name in default chained; do
+  t=""; [ $name = chained ] && t="ITEM_OVERLAP=1"
   timeout 60 $N --section WarpStateStats --section SpeedOfLight -k regex:attention_fwd_sm90 --launch-skip 1 \
-    --launch-count 1 python3 scripts/profile_gluon.py --case d128c --fwd-tuning "$t" > $OUT/ncu_d128c_${t:-default}.txt 2>&1
-  grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|Compute \(SM\) Throughput" $OUT/ncu_d128c_${t:-default}.txt | head -n 6 | tee -a $L
+    --launch-count 1 python3 scripts/profile_gluon.py --case d128c --fwd-tuning "$t" > $OUT/ncu_d128c_$name.txt 2>&1
+  grep -E "Duration|Warp Cycles Per Issued|Issue Slots Busy|Compute \(SM\) Throughput" $OUT/ncu_d128c_$name.txt | head -n 6 | tee -a $L
 done
