@@ -5,6 +5,8 @@ import zlib
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from flashattn2 import (
     flash_attn_func,
@@ -14,6 +16,7 @@ from flashattn2 import (
     pad_input,
     unpad_input,
 )
+from flashattn2.kernels.device.mask import score_mask, score_mask_rel
 from helpers import DEVICE, assert_bitwise_repeatable, check_attention, check_varlen, randn
 
 
@@ -210,3 +213,38 @@ def test_feature_combinations(kwargs):
     if kwargs.get("alibi_slopes"):
         kwargs["alibi_slopes"] = torch.rand(2, 4, dtype=torch.float32, device=DEVICE) * 0.3
     _run_dense(2, 57, 73, 4, 1, 40, torch.bfloat16, **kwargs)
+
+
+@triton.jit
+def _mask_forms(out_ptr, seqlen_q, seqlen_k, window_left, window_right, HAS_LEFT: tl.constexpr,
+                HAS_RIGHT: tl.constexpr, M: tl.constexpr, N: tl.constexpr):
+    q = tl.arange(0, M)
+    k = tl.arange(0, N)
+    forward = score_mask(q[:, None], k[None, :], seqlen_q, seqlen_k, window_left, window_right, HAS_LEFT, HAS_RIGHT)
+    backward = score_mask_rel(k[:, None], q[None, :], seqlen_q, seqlen_k, window_left, window_right, HAS_LEFT,
+                              HAS_RIGHT)
+    tl.store(out_ptr + q[:, None] * N + k[None, :], forward.to(tl.int32))
+    tl.store(out_ptr + M * N + k[:, None] * M + q[None, :], backward.to(tl.int32))
+
+
+@pytest.mark.parametrize("seqlens", [(40, 40), (29, 50), (50, 29), (64, 1)])
+@pytest.mark.parametrize("window", [(-1, 0), (5, 0), (-1, 7), (9, 3), (6, -1), (-1, -1)])
+def test_mask_forms_agree_with_the_window(seqlens, window):
+    # both mask forms (a queries x keys tile, the forward's; keys x queries, the Gluon backward's) against the
+    # window's definition, over a tile reaching past both sequence ends (their rows and columns hide nothing
+    # beyond the keys' end)
+    seqlen_q, seqlen_k = seqlens
+    left, right = window
+    m, n = 64, 64
+    out = torch.full((2 * m * n,), -1, dtype=torch.int32, device=DEVICE)
+    _mask_forms[(1,)](out, seqlen_q, seqlen_k, left, right, left >= 0, right >= 0, m, n)
+    q = torch.arange(m, device=DEVICE)[:, None]
+    k = torch.arange(n, device=DEVICE)[None, :]
+    diag = q + seqlen_k - seqlen_q
+    want = (k < seqlen_k) & (q >= 0)  # full tile shape
+    if right >= 0:
+        want &= k <= diag + right
+    if left >= 0:
+        want &= k >= diag - left
+    assert torch.equal(out[: m * n].view(m, n).bool(), want)
+    assert torch.equal(out[m * n:].view(n, m).t().bool(), want)
