@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issues 29 and 27 (prepared in session 23, not yet run on a GPU): two instruction cuts, compile-checked on sm_90
 # (triton 3.6), measured against the tree before them. Locally first:
-#   git apply benchmarks/results/2026-11-28_prepared/fwd_half2.diff benchmarks/results/2026-11-28_prepared/bwd_mask_rel.diff
 #   rm -rf .calls/base && mkdir -p .calls/base && git archive HEAD src | tar -x -C .calls/base
+#   P=benchmarks/results/2026-11-28_prepared; git apply $P/fwd_half2.diff $P/bwd_mask_rel.diff $P/fwd_reverse_n.diff
+# (fwd_reverse_n adds the REVERSE_N tuning key, off: this call's tree A/B does not see it; n7.sh measures it.)
 # fwd_half2: the Gluon forward's P to bf16/fp16 by cvt.rn.*x2 (inline asm, two elements a conversion); ptxas packed
 #   the scalar conversions' pairs the wrong way round and swapped every register back: PRMT 320 -> 0 at d128 causal
 #   (5,952 -> 5,792 instructions), 384 -> 0 at d64 non-causal, no spill changes. Prediction: forward +1-4% where the
@@ -19,16 +20,10 @@ L=$OUT/log.txt
 python3 -c 'import torch, triton; print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)' | tee $L
 grep -c "to_half2\|2147483647" src/flashattn2/kernels/sm90/forward.py src/flashattn2/kernels/device/mask.py | tee -a $L
 timeout 230 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gluon.py tests/test_mla.py \
-  -k "stress or unlike or backward or varlen" 2>&1 | tail -n 3 | tee -a $L
+  -k "stress or unlike or backward or varlen or key_tiles_last" 2>&1 | tail -n 3 | tee -a $L
 timeout 150 python3 scripts/ab_trees.py --base .calls/base/src --new src --rounds 3 --out $OUT/fwd -- \
   --hdims 64 128 256 --modes fwd --causal both --seqlens 512 2048 8192 2>&1 | grep -v Warn | tee -a $L
 rm -f $OUT/fwd/base*.json $OUT/fwd/new0.json $OUT/fwd/new1.json
 timeout 150 python3 scripts/ab_trees.py --base .calls/base/src --new src --rounds 3 --out $OUT/bwd -- \
   --hdims 64 128 --modes bwd --causal 1 --seqlens 1024 4096 16384 2>&1 | grep -v Warn | tee -a $L
 rm -f $OUT/bwd/base*.json $OUT/bwd/new0.json $OUT/bwd/new1.json
-for t in base new base new; do
-  tree=src; [ $t = base ] && tree=.calls/base/src
-  echo "== MLA bwd $t" | tee -a $L
-  PYTHONPATH=$tree timeout 60 python3 scripts/ab_mla_bwd.py --out /tmp/mla_$t --rounds 2 --no-flex --seqlens 2048 8192 \
-    2>&1 | grep -v Warn | tail -n 2 | tee -a $L
-done
