@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Issues 29 and 27 (prepared in session 23): REVERSE_N, each item's key tiles last to first (FlashAttention-3's
 # order), on the tree n6.sh ran (all three prepared diffs applied), interleaved against the default by tuning key,
-# after the KV-cache kernel's GPU tests (score_mask changed under it in session 23); n8.sh then runs the MLA
-# backward. REVERSE_N puts the causal diagonal's tile first, the tile that is masked anyway, so the tiles after
-# it are whole: per item one masked tile fewer wherever items hold more than one key tile. sm_90 (triton 3.6):
-# executed per item, a masked step (723 instructions at d128 causal) becomes an unmasked one (477); static code 5,792 -> 6,584 (the right-edge loop, run zero times at causal 128 x
-# 128, grew); no spills at d128 / d64; FP8 d128 causal 216 B of spills -> 0; MLA 12 -> 52 B. Prediction: d128
-# causal +4-7% at 512, +2-4% at 1-2k, level from 4k; d64 causal alike; FP8 d128 causal +2-6%; non-causal level.
+# after the KV-cache kernel's GPU tests (score_mask changed under it in session 23); n8.sh then runs the MLA backward.
+# REVERSE_N puts the causal diagonal's tile first, the tile that is masked anyway, so the tiles after it are whole:
+# per item one masked tile fewer wherever items hold more than one key tile. sm_90 (triton 3.6): executed per item, a
+# masked step (723 instructions at d128 causal) becomes an unmasked one (477); static code 5,792 -> 6,584 (the right-
+# edge loop, run zero times at causal 128 x 128, grew); no spills at d128 / d64; FP8 d128 causal 216 B of spills -> 0;
+# MLA 12 -> 52 B. Prediction: d128 causal +4-7% at 512, +2-4% at 1-2k, level from 4k; d64 causal alike; FP8 d128
+# causal +2-6%; non-causal level.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 L=$OUT/log.txt
