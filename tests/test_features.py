@@ -231,8 +231,8 @@ def _mask_forms(out_ptr, seqlen_q, seqlen_k, window_left, window_right, HAS_LEFT
 @pytest.mark.parametrize("window", [(-1, 0), (5, 0), (-1, 7), (9, 3), (6, -1), (-1, -1)])
 def test_mask_forms_agree_with_the_window(seqlens, window):
     # both mask forms (a queries x keys tile, the forward's; keys x queries, the Gluon backward's) against the
-    # window's definition, over a tile reaching past both sequence ends (their rows and columns hide nothing
-    # beyond the keys' end)
+    # window's definition, over a tile reaching past both sequence ends: keys past the end are hidden, rows past
+    # it follow the same rule
     seqlen_q, seqlen_k = seqlens
     left, right = window
     m, n = 64, 64
