@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issues 29 and 27 (prepared in session 23): REVERSE_N, each item's key tiles last to first (FlashAttention-3's
-# order), on the tree n6.sh ran (all three prepared diffs applied), interleaved against the default by tuning key,
+# order), on the tree n6.sh ran (all four prepared diffs applied), interleaved against the default by tuning key,
 # after the KV-cache kernel's GPU tests (score_mask changed under it in session 23); n8.sh then runs the MLA backward.
 # REVERSE_N puts the causal diagonal's tile first, the tile that is masked anyway, so the tiles after it are whole:
 # per item one masked tile fewer wherever items hold more than one key tile. sm_90 (triton 3.6): executed per item, a

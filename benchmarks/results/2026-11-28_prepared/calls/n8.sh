@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Issue 27 (prepared in session 23): the MLA 192/128 causal backward from each tree (base: .calls/base/src; new:
-# the three prepared diffs, of which bwd_mask_rel touches the backward: 6,264 -> 6,128 instructions, spills 68 ->
+# Issues 29 and 27 (prepared in session 23): the backward's tree A/B (d64 / d128 causal; bwd_mask_rel is the only
+# prepared change under it), then the MLA 192/128 causal backward from each tree (base: .calls/base/src; new:
+# the four prepared diffs, of which bwd_mask_rel touches the backward: 6,264 -> 6,128 instructions, spills 68 ->
 # 72 B), base new base new, cuDNN beside. Prediction: +0-2%.
 set -uo pipefail
-export PYTHONUNBUFFERED=1
+export PYTHONPATH=src PYTHONUNBUFFERED=1
 L=$OUT/log.txt
+timeout 150 python3 scripts/ab_trees.py --base .calls/base/src --new src --rounds 3 --out $OUT/bwd -- \
+  --hdims 64 128 --modes bwd --causal 1 --seqlens 1024 4096 16384 2>&1 | grep -v Warn | tee -a $L
+rm -f $OUT/bwd/base*.json $OUT/bwd/new0.json $OUT/bwd/new1.json
 for t in base new base new; do
   tree=src; [ $t = base ] && tree=.calls/base/src
   echo "== MLA bwd $t" | tee -a $L
