@@ -3,12 +3,14 @@
 # (triton 3.6), measured against the tree before them. Locally first:
 #   rm -rf .calls/base && mkdir -p .calls/base && git archive HEAD src | tar -x -C .calls/base
 #   P=benchmarks/results/2026-11-28_prepared
-#   git apply $P/fwd_half2.diff $P/bwd_mask_rel.diff $P/fwd_reverse_n.diff $P/fwd_out_reciprocal.diff
+#   git apply $P/fwd_half2.diff $P/bwd_mask_rel.diff $P/fwd_reverse_n.diff $P/fwd_out_reciprocal.diff \
+#     $P/fwd_q_early.diff
 # fwd_out_reciprocal: finalize's output as acc * (1 / l) (a reciprocal a row) instead of acc / l (a division a
 #   value, three instructions each in SASS): d128 causal Gluon forward 5,792 -> 5,416 instructions, FSEL 412 -> 288,
 #   spills unchanged; shared by the Triton forward, the KV-cache and flex kernels (CPU interpreter tests pass).
 #   Runs once an item: about 8% of a consumer's instructions an item at 512, nothing at 16k.
-# (fwd_reverse_n adds the REVERSE_N tuning key, off: this call's tree A/B does not see it; n7.sh measures it.)
+# (fwd_reverse_n and fwd_q_early add the tuning keys REVERSE_N and Q_EARLY, both off: this call's tree A/B does not
+# see them; n7.sh measures them.)
 # fwd_half2: the Gluon forward's P to bf16/fp16 by cvt.rn.*x2 (inline asm, two elements a conversion); ptxas packed
 #   the scalar conversions' pairs the wrong way round and swapped every register back: PRMT 320 -> 0 at d128 causal
 #   (5,952 -> 5,792 instructions), 384 -> 0 at d64 non-causal, no spill changes. Prediction: forward +1-4% where the
@@ -25,7 +27,7 @@ L=$OUT/log.txt
 python3 -c 'import torch, triton; print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)' | tee $L
 grep -c "to_half2\|2147483647" src/flashattn2/kernels/sm90/forward.py src/flashattn2/kernels/device/mask.py | tee -a $L
 timeout 280 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_gluon.py tests/test_mla.py \
-  -k "(stress or unlike or backward or varlen or key_tiles_last) and not compiles" 2>&1 | tail -n 3 | tee -a $L
+  -k "(stress or unlike or backward or varlen or key_tiles_last or q_early) and not compiles" 2>&1 | tail -n 3 | tee -a $L
 timeout 150 python3 scripts/ab_trees.py --base .calls/base/src --new src --rounds 3 --out $OUT/fwd -- \
   --hdims 64 128 256 --modes fwd --causal both --seqlens 512 2048 8192 2>&1 | grep -v Warn | tee -a $L
 rm -f $OUT/fwd/base*.json $OUT/fwd/new0.json $OUT/fwd/new1.json

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issues 29 and 27 (prepared in session 23): the backward's tree A/B (d64 / d128 causal; bwd_mask_rel is the only
 # prepared change under it), then the MLA 192/128 causal backward from each tree (base: .calls/base/src; new:
-# the four prepared diffs, of which bwd_mask_rel touches the backward: 6,264 -> 6,128 instructions, spills 68 ->
-# 72 B), base new base new, cuDNN beside. Prediction: +0-2%.
+# the five prepared diffs, of which bwd_mask_rel touches the backward: 6,264 -> 6,128 instructions, spills 68 ->
+# 72 B), base new base new, cuDNN beside. Prediction: +0-2%. Last, the MLA forward with REVERSE_N.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 L=$OUT/log.txt
@@ -15,3 +15,5 @@ for t in base new base new; do
   PYTHONPATH=$tree timeout 60 python3 scripts/ab_mla_bwd.py --out /tmp/mla_$t --rounds 2 --no-flex --seqlens 2048 8192 \
     2>&1 | grep -v Warn | tail -n 2 | tee -a $L
 done
+# the MLA forward with REVERSE_N (Q_EARLY cannot apply: a second Q stage does not fit its shared memory)
+timeout 90 python3 scripts/ab_mla_fwd.py rn:REVERSE_N=True 2>&1 | grep -v Warn | tail -n 4 | tee -a $L
