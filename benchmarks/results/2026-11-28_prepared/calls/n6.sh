@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issues 29 and 27 (prepared in session 23, not yet run on a GPU): two instruction cuts, compile-checked on sm_90
+# Issues 29 and 27 (prepared in session 23, not yet run on a GPU): three instruction cuts, compile-checked on sm_90
 # (triton 3.6), measured against the tree before them. Locally first:
 #   rm -rf .calls/base && mkdir -p .calls/base && git archive HEAD src | tar -x -C .calls/base
 #   P=benchmarks/results/2026-11-28_prepared
