@@ -267,6 +267,19 @@ def p_layout(block_d, bits=16):
     return gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(block_d, bits), k_width=32 // bits)
 
 
+@gluon.jit
+def to_half2(x, dtype: gl.constexpr):
+    """fp32 x -> dtype (bf16 / fp16) two elements a conversion (cvt.rn.*x2): from scalar conversions ptxas packed
+    P's pairs the wrong way round and swapped every register back (PRMT), 32 a 64 x 128 tile."""
+    if dtype == gl.bfloat16:
+        y = gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [x], dtype=gl.bfloat16,
+                                      is_pure=True, pack=2)
+    else:
+        y = gl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $2, $1;", "=r,r,r", [x], dtype=gl.float16,
+                                      is_pure=True, pack=2)
+    return y
+
+
 def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tensors: torch.Tensor,
                   dtypes=(torch.float16, torch.bfloat16), unlike_v: int = 0) -> str | None:
     """What keeps a call off a Gluon kernel (sm90.forward's or sm90.backward's) for reasons both share, or None.

@@ -56,6 +56,7 @@ from .common import (
     p_layout,
     ready_phase,
     sm90_declines,
+    to_half2,
     wgmma_layout,
 )
 from .gluon_api import (
@@ -626,7 +627,7 @@ def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_le
     if f.IS_FP8:
         p = p.to(dtype)
     else:
-        p = gl.convert_layout(p.to(dtype), p_layout(f.BLOCK_DV))
+        p = gl.convert_layout(to_half2(p, dtype), p_layout(f.BLOCK_DV))
     return p, alpha, m_i, l_i
 
 
