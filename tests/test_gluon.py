@@ -279,7 +279,7 @@ def test_auto_and_default_tiles_per_head_dim():
     cu = torch.tensor([0, 300], dtype=torch.int32)
     packed = causal._replace(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=300, max_seqlen_k=300)
     for head_dim, declined in ((64, True), (128, False), (256, False)):
-        q = torch.empty(1, 4096, 1, head_dim, dtype=torch.bfloat16)
+        q = torch.empty(1, 1024, 1, head_dim, dtype=torch.bfloat16)
         assert (auto_declines(q, causal) is not None) == declined
         assert default_tuning(head_dim, False, full) == {**CONFIGS[head_dim], **CONFIGS_NONCAUSAL.get(head_dim, {})}
         assert default_tuning(head_dim, False, packed) == CONFIGS[head_dim]
@@ -312,6 +312,7 @@ def test_auto_and_default_tiles_per_head_dim():
     assert auto_declines(long64, causal) is not None
     # d64 causal from fwd.AUTO_D64_CAUSAL_MIN_ROWS, plain causal only (no left edge)
     long64c = torch.empty(1, fwd.AUTO_D64_CAUSAL_MIN_ROWS, 1, 64, dtype=torch.bfloat16)
+    assert fwd.AUTO_D64_CAUSAL_MIN_ROWS == 2048
     assert auto_declines(long64c, causal) is None and auto_declines(long64c[:, 1:], causal) is not None
     assert auto_declines(long64c, local) is not None
     # FP8 dense calls take two Q stages at d64 and d128, causal or not

@@ -10,7 +10,7 @@ kernels (FlashAttention-4's `can_implement` pattern).
 
 FLASHATTN2_BACKEND (read at import; set_backend() changes it) picks: "auto" (the default: Gluon
 where it can run the call and was measured faster: the forward at head dims 128/256 without softcap and at 64
-for dense calls from 2048 query rows (8192 causal), MLA's 192/128, FP8
+for dense calls from 512 query rows (2048 causal), MLA's 192/128, FP8
 at head dims 64/128/256 without softcap, the backward at head dims 64, 128 and 256 and MLA's 192/128 but
 deterministic calls below 256 and causal calls under 1024 query rows at 64 and 128, and flash_attn_with_kvcache
 over MLA's latent cache), "gluon" (Gluon
