@@ -351,6 +351,7 @@ def test_schedule_gives_every_item_once_and_balances_the_programs():
     # the walk once, in walk order per program, and no program's cost exceeds the mean by more than one item's
     import numpy as np
 
+    from flashattn2.kernels.device.tile_order import decoded_schedule, sectioned_items
     from flashattn2.kernels.params import AttnOptions
     from flashattn2.kernels.sm90.forward import causal_walk_costs, schedule_items
 
@@ -367,6 +368,14 @@ def test_schedule_gives_every_item_once_and_balances_the_programs():
         loads = [costs[row].sum() for row in rows]
         assert all(np.all(np.diff(row) > 0) for row in rows)
         assert max(loads) - costs.sum() / programs <= costs.max()
+        # the kernels' table holds each item worked out: (query block counted from the last, batch, head)
+        heads = {512: 4, 16: 16, 10: 5}[num_bh]
+        decoded = decoded_schedule(table, programs, num_blocks, num_bh, section, heads, reverse=True)
+        assert np.array_equal(decoded[:programs + 1], offsets) and decoded.dtype == np.int64
+        block, b, h = ((decoded[programs + 1:] >> 21 * i) & (1 << 21) - 1 for i in range(3))
+        assert np.array_equal(costs[items], block + 2)  # causal: block j sees j + 1 key tiles, +1 the prologue
+        assert np.array_equal(b * heads + h, sectioned_items(num_blocks, num_bh, section)[1][items])
+        assert h.max() == heads - 1 and b.max() == num_bh // heads - 1
 
 
 def test_auto_backward_per_head_dim_length_and_determinism():

@@ -363,11 +363,14 @@ def test_gluon_plans_bind_every_kernel_argument_on_cpu(mode, monkeypatch):
         fwd_sm90.Sm90ForwardPlan(q, k, v, opts)(q, k, v, opts, descales)
         assert bound.pop()["Schedule"] is None
     # a dense causal call's persistent grid takes a schedule table: offsets of its programs, then every item once
+    # as (query block, batch, head)
     schedule = bound[0]["Schedule"]
     assert (schedule is not None) == (mode == "causal")
     if schedule is not None:
         programs = 8  # fewer items (8) than SMs
-        assert sorted(schedule[programs + 1:].tolist()) == list(range(8)) and schedule[programs] == 8
+        placed = schedule[programs + 1:]  # tile_order.decoded_schedule's fields: block, batch, head
+        items = sorted(zip(*(((placed >> 21 * i) & (1 << 21) - 1).tolist() for i in range(3)), strict=True))
+        assert items == [(0, b, h) for b in range(batch) for h in range(nheads)] and schedule[programs] == 8
     if mode == "fp8":
         return
     dq_acc = torch.zeros(q.shape, dtype=torch.float32)

@@ -12,7 +12,7 @@ from .. import common
 from ..common import runs_sm90a
 from ..device.block_list import partial_visible, visit_block
 from ..device.seqlen_info import sequence_bounds
-from ..device.tile_order import sectioned_item
+from ..device.tile_order import ITEM_BITS, sectioned_item
 from ..tma import one_batch, tma_usable
 from .gluon_api import TensorDescriptor, aggregate, gl, gluon, shared_layout
 
@@ -28,14 +28,20 @@ def _value(x):
 _SCALAR = (gl.tensor, gl.constexpr)
 
 
+# a schedule item's fields (tile_order.decoded_schedule)
+_ITEM_BITS = gl.constexpr(ITEM_BITS)
+_ITEM_MASK = gl.constexpr((1 << ITEM_BITS) - 1)
+
+
 @aggregate
 class WorkGrid:
     """A launch's work items and what places one, as one argument of the kernels' partitions: `num_tiles`
     (block, batch x head) items of `num_blocks` blocks each, walked in sections of `section` heads
     (device/tile_order.py); `heads` per batch entry (the kv heads in the backward), `group` query heads per kv
     head; the sequences' lengths and bounds (packed batches: cu_seqlens) and the window; `schedule`: None (program i
-    takes items i, i + grid, ...) or a host-made table of each program's items (forward.schedule_items). A new
-    per-launch value is one field here and its use."""
+    takes items i, i + grid, ...) or a host-made table of each program's items (forward.schedule_items): int64 with
+    each item's place worked out (the forward), int32 with its index (the backward, where the int64 table measured
+    1% slower). A new per-launch value is one field here and its use."""
     num_blocks: _SCALAR
     num_tiles: _SCALAR
     section: _SCALAR
@@ -51,6 +57,7 @@ class WorkGrid:
     window_right: _SCALAR
     schedule: _SCALAR
     scheduled: gl.constexpr
+    decoded: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, num_blocks, num_tiles, section, heads, group, cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k,
@@ -70,6 +77,8 @@ class WorkGrid:
         self.window_right = _value(window_right)
         self.schedule = _value(schedule)
         self.scheduled = gl.constexpr(not (isinstance(self.schedule, gl.constexpr) and self.schedule.value is None))
+        # an int64 table holds each item's place worked out (tile_order.decoded_schedule), an int32 one its index
+        self.decoded = gl.constexpr(self.scheduled and self.schedule.dtype.element_ty == gl.int64)
 
     @gluon.jit
     def steps(self):
@@ -77,30 +86,30 @@ class WorkGrid:
         with one, its row of the table (CSR: programs + 1 offsets, then the items)."""
         pid = gl.program_id(0)
         if self.scheduled:
-            return gl.load(self.schedule + pid), gl.load(self.schedule + pid + 1), 1
+            return gl.load(self.schedule + pid).to(gl.int32), gl.load(self.schedule + pid + 1).to(gl.int32), 1
         else:
             return pid, self.num_tiles, gl.num_programs(0)
 
     @gluon.jit
-    def walk(self, step):
-        """The item of a loop step of steps()."""
-        if self.scheduled:
-            return gl.load(self.schedule + gl.num_programs(0) + 1 + step)
-        else:
-            return step
-
-    @gluon.jit
     def item(self, tile, BLOCK: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr):
-        """Work item `tile` as (its block's first row, batch, head, first q row, seqlen_q, first k row, seqlen_k):
-        its place in the sectioned walk (REVERSE: the last blocks first, where they are the longest) and its
-        sequence's bounds."""
-        num_bh = self.num_tiles // self.num_blocks
-        block, pid_bh = sectioned_item(self.walk(tile), self.num_blocks, num_bh, self.section)
-        if REVERSE:
-            block = self.num_blocks - 1 - block
-        start = block * BLOCK
-        off_b = pid_bh // self.heads
-        off_h = pid_bh % self.heads
+        """Work item `tile` (a loop step of steps()) as (its block's first row, batch, head, first q row, seqlen_q,
+        first k row, seqlen_k): its place in the sectioned walk (REVERSE: the last blocks first, where they are the
+        longest), which a schedule holds worked out (tile_order.decoded_schedule), and its sequence's bounds."""
+        if self.decoded:
+            placed = gl.load(self.schedule + gl.num_programs(0) + 1 + tile)  # tile_order.decoded_schedule's fields
+            start = (placed & _ITEM_MASK).to(gl.int32) * BLOCK
+            off_b = ((placed >> _ITEM_BITS) & _ITEM_MASK).to(gl.int32)
+            off_h = (placed >> 2 * _ITEM_BITS).to(gl.int32)
+        else:
+            if self.scheduled:
+                tile = gl.load(self.schedule + gl.num_programs(0) + 1 + tile)
+            num_bh = self.num_tiles // self.num_blocks
+            block, pid_bh = sectioned_item(tile, self.num_blocks, num_bh, self.section)
+            if REVERSE:
+                block = self.num_blocks - 1 - block
+            start = block * BLOCK
+            off_b = pid_bh // self.heads
+            off_h = pid_bh % self.heads
         q_start, seqlen_q, k_start, seqlen_k = sequence_bounds(off_b, self.cu_seqlens_q, self.cu_seqlens_k,
                                                                self.seqlen_q, self.seqlen_k, self.total_q,
                                                                self.total_k, IS_VARLEN)

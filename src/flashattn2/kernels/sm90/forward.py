@@ -35,7 +35,7 @@ from ..device.block_range import kv_range_for_q_tile
 from ..device.scores import alibi_slope_of, fp8_scales, score_tail
 from ..device.seqlen_info import ROW_COUNTS
 from ..device.softmax import finalize, online_softmax_update
-from ..device.tile_order import MAX_SCHEDULED_ITEMS, schedule_items, sectioned_items
+from ..device.tile_order import MAX_SCHEDULED_ITEMS, decoded_schedule, schedule_items, sectioned_items
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
@@ -1049,7 +1049,9 @@ class Sm90ForwardPlan:
         if walk == "scheduled" and items:
             costs = causal_walk_costs(cdiv(seqlen_q, block_m), batch * nheads, section, seqlen_q, seqlen_k, opts,
                                       block_m, block_n, item_cost)
-            self.schedule = torch.from_numpy(schedule_items(costs, num_tiles)).to(q.device)
+            table = decoded_schedule(schedule_items(costs, num_tiles), num_tiles, cdiv(seqlen_q, block_m),
+                                     batch * nheads, section, nheads, reverse=True)  # REVERSE_M: causal
+            self.schedule = torch.from_numpy(table).to(q.device)
         self.backward_plans: dict = {}
         # FP8 attention writes bf16, as FlashAttention-3's does
         self.dtype, self.device, self.out_shape = torch.bfloat16 if fp8 else q.dtype, q.device, (*q.shape[:-1],
@@ -1151,7 +1153,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     types = dict(Out="*bf16" if fp8 else "*DTYPE", Lse="*fp32", CuSeqlensQ="*i32", CuSeqlensK="*i32",
                  AlibiSlopes="*fp32", qk_scale="fp32", softcap_in2="fp32", softcap_out="fp32")
     if scheduled:
-        types["Schedule"] = "*i32"
+        types["Schedule"] = "*i64"
     if sink:
         types["Sink"] = "*fp32"
     if block_sparse:
