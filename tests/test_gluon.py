@@ -981,11 +981,13 @@ def test_gluon_backward_grid_is_persistent_without_a_right_window_edge(head_dim,
 @pytest.mark.parametrize("deterministic", [False, True], ids=["fused-dq", "deterministic"])
 def test_gluon_backward_on_a_scheduled_causal_grid(head_dim, deterministic, monkeypatch):
     # PERSISTENT_CAUSAL: causal backward calls on a persistent grid, each program the items of its row of the
-    # host-made schedule, more items than SMs; against float64, with cut tiles, GQA and a window; MLA's 192/128 too
+    # host-made schedule, more items than SMs; against float64, with cut tiles, GQA and a window; MLA's 192/128 too.
+    # d128 and MLA with the table of places (PLACED_SCHEDULE), the others with the table of indexes
     from flashattn2.kernels.sm90 import backward as bwd_sm90
 
+    placed = head_dim == 128
     for table in ("CONFIGS", "CONFIGS_DKDV", "CONFIGS_MLA"):
-        monkeypatch.setattr(bwd_sm90, table, {d: dict(c, PERSISTENT_CAUSAL=True)
+        monkeypatch.setattr(bwd_sm90, table, {d: dict(c, PERSISTENT_CAUSAL=True, PLACED_SCHEDULE=placed)
                                               for d, c in getattr(bwd_sm90, table).items()})
     flashattn2.set_backend("gluon")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -1003,6 +1005,7 @@ def test_gluon_backward_on_a_scheduled_causal_grid(head_dim, deterministic, monk
         out.backward(dout)
         plan = next(iter(backends._bwd_plans.values())).gluon
         assert plan.schedule is not None and plan.launch.grid[0] == min(sms, plan.launch.named["num_tiles"])
+        assert plan.schedule.dtype == (torch.int64 if placed else torch.int32)
         check_attention(q, k, v, out, lse, (q.grad, k.grad, v.grad), dout, **options)
         flashattn2.set_backend("gluon")  # one plan at a time for the lookup above
 
@@ -1013,11 +1016,11 @@ def test_backward_schedule_costs_count_each_key_tiles_query_tiles():
     # one for the item; and the schedule holds every item once
     import numpy as np
 
-    from flashattn2.kernels.device.tile_order import schedule_items, sectioned_items
+    from flashattn2.kernels.device.tile_order import decoded_schedule, schedule_items, sectioned_items
     from flashattn2.kernels.params import AttnOptions
     from flashattn2.kernels.sm90.backward import causal_walk_costs
 
-    block_m, block_n, num_bh = 64, 128, 5
+    block_m, block_n, num_bh = 64, 128, 6
     for seqlen_q, seqlen_k, window_left, section, group in ((300, 300, -1, 1, 1), (130, 400, -1, 3, 2),
                                                              (400, 257, 100, 2, 4), (129, 129, 0, 1, 1)):
         opts = AttnOptions(softmax_scale=1.0, window_left=window_left, window_right=0)
@@ -1033,6 +1036,12 @@ def test_backward_schedule_costs_count_each_key_tiles_query_tiles():
             assert cost == group * (tiles.max() - tiles.min() + 1 if len(tiles) else 0) + 1
         table = schedule_items(costs, 7)
         assert sorted(table[8:].tolist()) == list(range(len(costs)))
+        # PLACED_SCHEDULE: each item as (key block, batch, kv head), counted from the first block
+        heads = 3  # kv heads a batch entry
+        placed = decoded_schedule(table, 7, num_blocks, num_bh, section, heads, reverse=False)[8:]
+        block, b, h = ((placed >> 21 * i) & (1 << 21) - 1 for i in range(3))
+        walk_block, walk_bh = sectioned_items(num_blocks, num_bh, section)
+        assert np.array_equal(block, walk_block[table[8:]]) and np.array_equal(b * heads + h, walk_bh[table[8:]])
 
 
 def test_backward_takes_the_scheduled_causal_grid_where_it_measured_faster():

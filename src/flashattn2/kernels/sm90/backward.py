@@ -25,7 +25,7 @@ from ..common import LOG2E, cdiv, l2_section
 from ..device.block_range import q_range_for_kv_tile
 from ..device.scores import alibi_slope_of, score_tail
 from ..device.seqlen_info import ROW_COUNTS
-from ..device.tile_order import MAX_SCHEDULED_ITEMS, schedule_items, sectioned_items
+from ..device.tile_order import MAX_SCHEDULED_ITEMS, decoded_schedule, schedule_items, sectioned_items
 from ..device.tma import tma_batch
 from ..launch import Launch
 from ..params import AttnOptions, lse_strides, problem_dims, row_strides
@@ -117,7 +117,10 @@ CONFIGS_MLA_NARROW = {(192, 128): dict(CONFIGS_MLA[(192, 128)], BLOCK_M=64, STAG
 # COALESCED_DKV (H200, 2026-11-28, benchmarks/results/2026-11-28_s22_ab/04-06): 2k 0.978 / 0.983 / 0.991, 4k 0.993 /
 # 0.997 / 0.996, 8k 0.988 / 0.982 / 0.975; at 16k 1.011 / 1.025 / 1.036, so longer calls keep one program per item
 CONFIGS_MLA_SHORT_CAUSAL = {(192, 128): (8192, dict(PERSISTENT_CAUSAL=True, L2_SECTIONS=1))}
-HOST_TUNING_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS")
+# PLACED_SCHEDULE (a host key, off where left out): the schedule table holds each item's place worked out
+# (tile_order.decoded_schedule, one int64 an item) instead of its index, as the forward's does. d64 / d128 causal
+# whole backward 0.990 / 0.986 and 0.999 / 0.984 at 512 / 2k (H200, 2026-11-28, results/2026-11-28_s25_ab/01), so off
+HOST_TUNING_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS", "PLACED_SCHEDULE")
 
 
 def causal_walk_costs(num_blocks: int, num_bh: int, section: int, seqlen_q: int, seqlen_k: int, opts: AttnOptions,
@@ -1033,6 +1036,7 @@ class Sm90Backward:
         persistent = tuning.pop("PERSISTENT")
         persistent_causal = tuning.pop("PERSISTENT_CAUSAL", False)
         l2_share = tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
+        placed = tuning.pop("PLACED_SCHEDULE", False)
         free_regs = tuning.setdefault("FREE_REGS", False)
         self.fused_dq = tuning["FUSED_DQ"]
         qk_width = int(MLA_CHUNK) if mla else head_dim  # MLA: Q and K in 64-column tiles
@@ -1070,7 +1074,11 @@ class Sm90Backward:
         if scheduled:
             costs = causal_walk_costs(cdiv(seqlen_k, block_n), batch * nheads_k, section, seqlen_q, seqlen_k, opts,
                                       tuning["BLOCK_M"], block_n, nheads // nheads_k)
-            self.schedule = torch.from_numpy(schedule_items(costs, grid)).to(q.device)
+            table = schedule_items(costs, grid)
+            if placed:  # WorkGrid reads an int64 table as places
+                table = decoded_schedule(table, grid, cdiv(seqlen_k, block_n), batch * nheads_k, section, nheads_k,
+                                         reverse=False)
+            self.schedule = torch.from_numpy(table).to(q.device)
         named = dict(stride_dk=stride_dk, stride_dv=stride_dv, stride_lse=lse_strides(lse, opts.varlen),
                      nheads=nheads, nheads_k=nheads_k, seqlen_q=seqlen_q, seqlen_k=seqlen_k, total_q=q.shape[0],
                      total_k=k.shape[0], softmax_scale=opts.softmax_scale, num_tiles=num_tiles, section=section,
@@ -1097,7 +1105,8 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
                      **flags: bool):
     """forward.compile_for_sm90 for this kernel; FUSED_DQ=False compiles the deterministic dK/dV-only one,
     BLOCK_SPARSE=True the block-sparse mode (score_mod: a score_mod.CompiledMod with it), SCHEDULED=True a
-    persistent causal grid's schedule table, head_dim_v (unlike head_dim) the MLA variant."""
+    persistent causal grid's schedule table (int64 with PLACED_SCHEDULE=True), head_dim_v (unlike head_dim) the MLA
+    variant."""
     fused = flags.get("FUSED_DQ", True)
     mla = head_dim_v not in (None, head_dim)
     config = CONFIGS_MLA[(head_dim, head_dim_v)] if mla else (CONFIGS if fused else CONFIGS_DKDV)[head_dim]
@@ -1110,6 +1119,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     if not scheduled:
         constants["Schedule"] = None
     constants.update(flags)
+    placed = constants.get("PLACED_SCHEDULE", False)  # the table's type
     for key in HOST_TUNING_KEYS:  # launch-grid choices, not kernel flags
         constants.pop(key, None)
     block_m = constants["BLOCK_M"]
@@ -1118,7 +1128,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     if block_sparse:
         types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
     if scheduled:
-        types["Schedule"] = "*i32"
+        types["Schedule"] = "*i64" if placed else "*i32"
     mod_signature(score_mod, constants, types)
     descriptors = dict(q_desc=block_m, k_desc=64, v_desc=64, do_desc=block_m)
     if mla:
