@@ -540,6 +540,29 @@ def test_gluon_forward_three_consumers(shape, free_regs, gluon_backend, monkeypa
     check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
 
 
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("shape", STRESS + [(3, 512, 512, 8, 8, 128, {"causal": True})], ids=lambda s: "x".join(
+    map(str, s[:6])) + "-" + "-".join(s[6]))
+def test_gluon_forward_first_tile_unmasked(shape, gluon_backend, monkeypatch):
+    # FIRST_FULL: an item's first key tile skips the mask where every row sees it whole; cut tiles (keys' end,
+    # windows' left edge, the diagonal) keep it. Both grids, every head dim, against float64; packed batches too
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    for table in ("CONFIGS", "CONFIGS_MLA"):
+        monkeypatch.setattr(fwd_sm90, table, {d: dict(c, FIRST_FULL=True) for d, c in getattr(fwd_sm90, table).items()})
+    flashattn2.set_backend("gluon")
+    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    assert plan.attend.named["FIRST_FULL"]
+    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
+    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(11, head_dim=shape[5])
+    out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                         return_attn_probs=True)
+    check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
+
+
 # CTAS_PER_SM=2's shapes: the d64 stress shapes and two causal ones with more items than programs
 TWO_PER_SM_SHAPES = [s for s in STRESS if s[5] == 64] + [(2, 1000, 1000, 4, 2, 64, {"causal": True}),
                                                          (3, 512, 512, 8, 8, 64, {"causal": True})]
