@@ -563,6 +563,51 @@ def test_gluon_forward_first_tile_unmasked(shape, gluon_backend, monkeypatch):
     check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
 
 
+def test_wide_and_three_consumer_tunings_refuse_what_they_cannot_run():
+    # host-side: WIDE (one 8-warp consumer partition) takes two consumers and no ping-pong, FP8 or MLA; three
+    # consumers neither FP8 nor ping-pong; each refusal names the key
+    from flashattn2.kernels.params import AttnOptions
+    from flashattn2.kernels.sm90.forward import Sm90ForwardPlan
+
+    q = k = v = torch.empty(1, 128, 2, 64, dtype=torch.bfloat16)
+    opts = AttnOptions(softmax_scale=0.125, window_left=-1, window_right=0)
+    for tuning, key in ((dict(WIDE=True, PINGPONG=True), "WIDE"), (dict(WIDE=True, CONSUMERS=3), "WIDE"),
+                        (dict(CONSUMERS=3, PINGPONG=True), "CONSUMERS=3")):
+        with pytest.raises(ValueError, match=key):
+            Sm90ForwardPlan(q, k, v, opts, tuning)
+    q = k = torch.empty(1, 128, 2, 192, dtype=torch.bfloat16)  # MLA's 192/128
+    with pytest.raises(ValueError, match="WIDE"):
+        Sm90ForwardPlan(q, k, v.new_empty(1, 128, 2, 128), opts, dict(WIDE=True, PINGPONG=False))
+
+
+WIDE_SHAPES = [s for s in STRESS if s[5] in (64, 128)] + [(3, 512, 512, 8, 8, 64, {"causal": True})]
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("shape", WIDE_SHAPES, ids=lambda s: "x".join(map(str, s[:6])) + "-" + "-".join(s[6]))
+def test_gluon_forward_wide_consumer(shape, gluon_backend, monkeypatch):
+    # WIDE: the two consumer warpgroups as one 8-warp partition (one code copy, 128-row wgmmas, one arrival a
+    # release after the two warpgroups meet): both grids, causal calls on the schedule, against float64; packed
+    # batches too
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    monkeypatch.setattr(fwd_sm90, "CONFIGS", {d: dict(c, WIDE=True, PINGPONG=False)
+                                               for d, c in fwd_sm90.CONFIGS.items()})
+    noncausal = {d: dict(c, CONSUMERS=2) for d, c in fwd_sm90.CONFIGS_NONCAUSAL.items()}  # d64's three: two
+    monkeypatch.setattr(fwd_sm90, "CONFIGS_NONCAUSAL", noncausal)
+    flashattn2.set_backend("gluon")
+    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    assert plan.attend.named["WIDE"] and plan.q_block[1] == 128
+    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
+    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(13, head_dim=shape[5])
+    out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                         return_attn_probs=True)
+    check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
+
+
 # CTAS_PER_SM=2's shapes: the d64 stress shapes and two causal ones with more items than programs
 TWO_PER_SM_SHAPES = [s for s in STRESS if s[5] == 64] + [(2, 1000, 1000, 4, 2, 64, {"causal": True}),
                                                          (3, 512, 512, 8, 8, 64, {"causal": True})]

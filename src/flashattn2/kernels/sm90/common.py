@@ -265,15 +265,16 @@ def free_phase(count, SLOTS: gl.constexpr):
 
 
 @gluon.constexpr_function
-def wgmma_layout(n, bits=16):
-    # wgmma's accumulator for a 64 x n tile of one warpgroup (K per instruction: 256 bits of inputs)
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 256 // bits])
+def wgmma_layout(n, bits=16, warps=4):
+    # wgmma's accumulator for a 64 x n tile of one warpgroup (K per instruction: 256 bits of inputs); 8 warps: a
+    # 128 x n tile of two warpgroups, 64 rows each
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1], instr_shape=[16, n, 256 // bits])
 
 
 @gluon.constexpr_function
-def p_layout(block_d, bits=16):
+def p_layout(block_d, bits=16, warps=4):
     # P as the register A operand of O += P V (32 bits of K per register)
-    return gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(block_d, bits), k_width=32 // bits)
+    return gl.DotOperandLayout(operand_index=0, parent=wgmma_layout(block_d, bits, warps), k_width=32 // bits)
 
 
 @gluon.jit

@@ -108,6 +108,10 @@ from .gluon_api import (
 # FIRST_FULL (off where left out; measuring): an item's first key tile skips the mask where every row sees it whole
 # (causal items past the first block, non-causal ones whose keys fill the tile), through a uniform branch between
 # two compiled versions (sm_90: d128 causal 4,952 -> 5,928 instructions, ~250 fewer run per such tile and warp)
+# WIDE (off where left out; measuring): the two consumer warpgroups as one 8-warp partition running one code copy
+# (128-row wgmmas; the two warpgroups meet at a named barrier before each release, whose one arrival would otherwise
+# speak for the arriving warpgroup only). ncu at 512: d64 causal's warps waited on instruction fetch in 24% of the
+# samples (d128: 7%); sm_90 d64 causal 4,456 -> 2,416 instructions. No ping-pong, FP8 or MLA with it
 _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2, ITEM_COST=1, Q_STAGES=1,
              LAZY_O_WAIT=False, FREE_REGS=False, CTAS_PER_SM=1)
 # V_TRANSPOSE (FP8): V transposed in the kernel from a one-tile staging buffer instead of the keys-last copy before
@@ -382,10 +386,13 @@ class FwdFlags:
     V_TRANSPOSE: gl.constexpr
     P_SHIFT: gl.constexpr
     FIRST_FULL: gl.constexpr
+    ROWS: gl.constexpr
+    WARPS: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI,
-                 REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, V_TRANSPOSE=False, FIRST_FULL=False):
+                 REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, V_TRANSPOSE=False, FIRST_FULL=False,
+                 WIDE=False):
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.BLOCK_D = gl.constexpr(BLOCK_D)
         self.BLOCK_DV = gl.constexpr(BLOCK_DV)
@@ -403,6 +410,9 @@ class FwdFlags:
         self.V_TRANSPOSE = gl.constexpr(bool(V_TRANSPOSE))
         self.P_SHIFT = gl.constexpr(8.0 if IS_FP8 else 0.0)
         self.FIRST_FULL = gl.constexpr(FIRST_FULL)
+        # a consumer partition's query rows and warps: one warpgroup, or WIDE's two running one code copy
+        self.ROWS = gl.constexpr(2 * WG_M if WIDE else WG_M)
+        self.WARPS = gl.constexpr(8 if WIDE else 4)
 
 
 @aggregate
@@ -471,13 +481,14 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
     Q_STAGES: gl.constexpr = sm.q_bar.shape[0]
     QK_CHUNKS: gl.constexpr = sm.k.shape[0] // STAGES  # Q and K tiles per part and stage (_issue_s)
     CONSUMERS: gl.constexpr = sm.q.shape[0] // (Q_STAGES * QK_CHUNKS)  # one Q part each per Q stage
+    ROWS: gl.constexpr = sm.q.shape[2]
     BLOCK_D: gl.constexpr = q_desc.block_type.shape[3]
     it = 0  # K/V ring slot, counted across work items
     done = 0  # work items finished, for the Q barriers' phases
     first, last, step = grid.steps()
     for tile in range(first, last, step):
         off_b, off_h, start_m, q_start, n_rows, k_start, _, n_lo, _, _, n_hi, visit = _tile(
-            tile, grid, lists, CONSUMERS * WG_M, f)
+            tile, grid, lists, CONSUMERS * ROWS, f)
         if start_m < n_rows:  # else a packed sequence shorter than the longest one
             item_it = it  # V_TRANSPOSE: this item's first slot, whose V has no earlier one to transpose first
             tma_b = tma_batch(off_b, f.IS_VARLEN)
@@ -489,7 +500,7 @@ def _producer(q_desc, k_desc, v_desc, sm: FwdSmem, grid: WorkGrid, lists: BlockL
             mbarrier.expect(q_bar, CONSUMERS * QK_CHUNKS * q_desc.block_type.nbytes)
             for w in gl.static_range(CONSUMERS):
                 for c in gl.static_range(QK_CHUNKS):
-                    tma_load(q_desc, [tma_b, q_start + start_m + w * WG_M, off_h, c * BLOCK_D], q_bar,
+                    tma_load(q_desc, [tma_b, q_start + start_m + w * ROWS, off_h, c * BLOCK_D], q_bar,
                              sm.q.index((qs * CONSUMERS + w) * QK_CHUNKS + c))
             for start_n in range(n_lo, n_hi, BLOCK_N):
                 key_n = start_n
@@ -591,10 +602,11 @@ def _issue_s(sm: FwdSmem, q_part, stage, BLOCK_N: gl.constexpr, BLOCK_D: gl.cons
     """S = Q K_stageᵀ for Q part q_part, asynchronously: one matmul, or one per BLOCK_D-column chunk of Q and K
     accumulated in turn where the query head dim is no power of two (MLA's 192 = 3 x 64: QK_CHUNKS tiles each)."""
     QK_CHUNKS: gl.constexpr = sm.k.shape[0] // sm.k_ready.shape[0]
-    s_layout: gl.constexpr = wgmma_layout(BLOCK_N, sm.q.dtype.primitive_bitwidth)
-    tok = gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout)
+    ROWS: gl.constexpr = sm.q.shape[2]
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N, sm.q.dtype.primitive_bitwidth, ROWS // 16)
+    tok = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     for c in gl.static_range(QK_CHUNKS):
-        q_c = sm.q.index(q_part * QK_CHUNKS + c).reshape([WG_M, BLOCK_D])
+        q_c = sm.q.index(q_part * QK_CHUNKS + c).reshape([ROWS, BLOCK_D])
         k_t = sm.k.index(stage * QK_CHUNKS + c).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
         tok = warpgroup_mma(q_c, k_t, tok, use_acc=c > 0, is_async=True)
     return tok
@@ -633,7 +645,7 @@ def _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_le
     if f.IS_FP8:
         p = p.to(dtype)
     else:
-        p = gl.convert_layout(to_half2(p, dtype), p_layout(f.BLOCK_DV))
+        p = gl.convert_layout(to_half2(p, dtype), p_layout(f.BLOCK_DV, 16, f.WARPS))
     return p, alpha, m_i, l_i
 
 
@@ -674,6 +686,15 @@ def _wait_pv(o_tok, p, IS_FP8: gl.constexpr):
 
 
 @gluon.jit
+def _release(bar, f: FwdFlags):
+    """A consumer partition's arrival on `bar` (one thread's): WIDE's two warpgroups first meet, since the wait
+    before it covers only the arriving thread's warpgroup's wgmma."""
+    if f.WARPS > 4:
+        thread_barrier()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
 def _take_turn(turn, turns, WG: gl.constexpr, PINGPONG: gl.constexpr):
     """Ping-pong: the two consumers issue their matmuls in turns, so that one's softmax runs while the
     other's matmuls hold the tensor cores. Consumer 0 goes first: its first wait is on the phase a
@@ -704,13 +725,13 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_part, sm: FwdSmem, p_smem, off
     o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, f)
     _pass_turn(sm.turn, WG, f.PINGPONG)
     s = warpgroup_mma_wait(1, deps=[s_tok])
-    mbarrier.arrive(sm.kv_empty.index(stage), count=1)
+    _release(sm.kv_empty.index(stage), f)
     p_next, alpha, m_i, l_i = _probs(s, m_i, l_i, offs_m, start_n, seqlen_q, seqlen_k, qk_scale, window_left,
                                      window_right, softcap_in2, softcap_out, alibi_slope, lists, visit, mod,
                                      sm.q.dtype, f, MASKED)
     p_next = _keep_p(p_next, p_smem, it, f.IS_FP8)
     acc, p = _wait_pv(o_tok, p, f.IS_FP8)
-    mbarrier.arrive(sm.kv_empty.index(STAGES + prev), count=1)
+    _release(sm.kv_empty.index(STAGES + prev), f)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
     return acc, m_i, l_i, p_next
 
@@ -725,10 +746,10 @@ def _attend(q_part, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
     STAGES: gl.constexpr = f.STAGES
     PINGPONG: gl.constexpr = f.PINGPONG
     bits: gl.constexpr = sm.q.dtype.primitive_bitwidth
-    s_layout: gl.constexpr = wgmma_layout(BLOCK_N, bits)
-    m_i = gl.full([WG_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([WG_M], gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([WG_M, f.BLOCK_DV], gl.float32, wgmma_layout(f.BLOCK_DV, bits))
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N, bits, f.WARPS)
+    m_i = gl.full([f.ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([f.ROWS], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([f.ROWS, f.BLOCK_DV], gl.float32, wgmma_layout(f.BLOCK_DV, bits, f.WARPS))
     if n_hi > n_lo:
         # the first tile alone: its S has no PV to overlap with (masked: it may be cut by anything)
         stage = it % STAGES
@@ -737,7 +758,7 @@ def _attend(q_part, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         s_tok = _issue_s(sm, q_part, stage, BLOCK_N, f.BLOCK_D)
         _pass_turn(sm.turn, WG, PINGPONG)
         s = warpgroup_mma_wait(0, deps=[s_tok])
-        mbarrier.arrive(sm.kv_empty.index(stage), count=1)
+        _release(sm.kv_empty.index(stage), f)
         if f.FIRST_FULL and not lists.on:
             # a first tile every row sees whole (causal items past the first block, most non-causal ones) skips
             # the mask: both versions compiled, one uniform branch
@@ -776,7 +797,7 @@ def _attend(q_part, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, f)
         _pass_turn(sm.turn, WG, PINGPONG)
         acc, p = _wait_pv(o_tok, p, f.IS_FP8)
-        mbarrier.arrive(sm.kv_empty.index(STAGES + prev), count=1)
+        _release(sm.kv_empty.index(STAGES + prev), f)
         turns += 1
     return acc, m_i, l_i, it, turns
 
@@ -789,8 +810,9 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: W
     SEPARATE_O: gl.constexpr = f.SEPARATE_O
     LAZY_O_WAIT: gl.constexpr = f.LAZY_O_WAIT
     bits: gl.constexpr = sm.q.dtype.primitive_bitwidth
-    s_layout: gl.constexpr = wgmma_layout(f.BLOCK_N, bits)
-    o_layout: gl.constexpr = wgmma_layout(BLOCK_DV, bits)
+    ROWS: gl.constexpr = f.ROWS
+    s_layout: gl.constexpr = wgmma_layout(f.BLOCK_N, bits, f.WARPS)
+    o_layout: gl.constexpr = wgmma_layout(BLOCK_DV, bits, f.WARPS)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = io.out.dtype.element_ty
     Q_STAGES: gl.constexpr = sm.q_bar.shape[0]
@@ -802,7 +824,7 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: W
     first, last, step = grid.steps()
     for tile in range(first, last, step):
         off_b, off_h, start_m, q_start, n_rows, _, n_keys, n_lo, n_full_lo, n_full_hi, n_hi, visit = _tile(
-            tile, grid, lists, CONSUMERS * WG_M, f)
+            tile, grid, lists, CONSUMERS * ROWS, f)
         if start_m < n_rows:
             alibi_slope = alibi_slope_of(io.alibi_slopes, off_b, off_h, io.stride_alibi_b, f.HAS_ALIBI)
             tile_scale = io.qk_scale
@@ -812,8 +834,8 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: W
                 tile_scale, tile_softcap_in2, v_descale = fp8_scales(io.q_descale, io.k_descale, io.v_descale, off_b,
                                                                      off_h // grid.group, grid.heads // grid.group,
                                                                      io.qk_scale, io.softcap_in2)
-            row0 = start_m + WG * WG_M
-            offs_m = row0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, s_layout))
+            row0 = start_m + WG * ROWS
+            offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
             qs = done % Q_STAGES
             q_part = qs * CONSUMERS + WG
             mbarrier.wait(sm.q_bar.index(qs), ready_phase(done, Q_STAGES))
@@ -823,7 +845,7 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: W
                                                mod.at(off_b, off_h), WG, f)
             if SEPARATE_O:
                 # every S of this item retired inside _attend: the producer may load the next item's Q now
-                mbarrier.arrive(sm.q_empty.index(qs), count=1)
+                _release(sm.q_empty.index(qs), f)
 
             out, lse = finalize(acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o), f.P_SHIFT, io.sink,
                                 off_h)
@@ -831,7 +853,7 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: W
                 lse = gl.where(lse == float("inf"), float("-inf"), lse)  # FlexAttention's row that sees no key
             if IS_FP8:
                 out = out * v_descale
-            rows = row0 + gl.arange(0, WG_M, layout=row_o)
+            rows = row0 + gl.arange(0, ROWS, layout=row_o)
             lse_base = io.lse + off_b.to(gl.int64) * io.stride_lse_b + off_h.to(gl.int64) * io.stride_lse_h + q_start
             gl.store(lse_base + rows, lse, mask=rows < n_rows)
             if f.IS_VARLEN or IS_FP8 or QK_CHUNKS > 1:
@@ -853,13 +875,13 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: W
                     o_stage = sm.q.index(q_part)
                 if LAZY_O_WAIT and SEPARATE_O:
                     tma_store_wait(0)
-                o_stage.reshape([WG_M, BLOCK_DV]).store(out.to(dtype))
+                o_stage.reshape([ROWS, BLOCK_DV]).store(out.to(dtype))
                 fence_async_shared()
                 tma_store(o_desc, [off_b, row0, off_h, 0], o_stage)
                 if not (LAZY_O_WAIT and SEPARATE_O):
                     tma_store_wait(0)
             if not SEPARATE_O:
-                mbarrier.arrive(sm.q_empty.index(qs), count=1)
+                _release(sm.q_empty.index(qs), f)
             done += 1
     if LAZY_O_WAIT and SEPARATE_O:
         tma_store_wait(0)  # the last item's O is out before the program ends
@@ -870,6 +892,12 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: W
 # 2026-11-27 FP8 loops; unfolded, every such combination compiles. Folded, the first FP8 one-row call after a bf16
 # one with CTAS_PER_SM=2 also gave an all-NaN output (3 of 3 processes; unfolded 0 of 4, NOTES.md)
 UNSPECIALIZED = ROW_COUNTS + ("seqlen_q",)
+
+
+@gluon.constexpr_function
+def _partitions(consumers, wide):
+    # consumer partitions: one a warpgroup, or WIDE's one for all
+    return 1 if wide else consumers
 
 
 @gluon.jit(do_not_specialize=UNSPECIALIZED)
@@ -886,7 +914,7 @@ def attention_fwd_sm90_kernel(
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
     MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, mod_scale=1.0,
     QK_CHUNKS: gl.constexpr = 1, FREE_REGS: gl.constexpr = False, CTAS_PER_SM: gl.constexpr = 1,
-    V_TRANSPOSE: gl.constexpr = False, FIRST_FULL: gl.constexpr = False,
+    V_TRANSPOSE: gl.constexpr = False, FIRST_FULL: gl.constexpr = False, WIDE: gl.constexpr = False,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -913,6 +941,9 @@ def attention_fwd_sm90_kernel(
     BLOCK_DV: gl.constexpr = _value_width(v_desc.block_type.shape, IS_FP8 and not V_TRANSPOSE)
     dtype: gl.constexpr = q_desc.dtype
     num_m = gl.cdiv(seqlen_q, CONSUMERS * WG_M)
+    # WIDE: the CONSUMERS warpgroups (two) as one partition of 8 warps, one code copy, a Q part of their 128 rows
+    PARTS: gl.constexpr = _partitions(CONSUMERS, WIDE)
+    ROWS: gl.constexpr = CONSUMERS * WG_M // PARTS
     grid = WorkGrid(num_m, num_m * batch * nheads, section, nheads, group, CuSeqlensQ, CuSeqlensK, seqlen_q, seqlen_k,
                     total_q, total_k, window_left, window_right, Schedule)
     if KvNum is None:
@@ -922,7 +953,7 @@ def attention_fwd_sm90_kernel(
                            stride_num[1], stride_idx[0], stride_idx[1], stride_idx[2], SPARSE_Q, SPARSE_KV)
     mod = ScoreMod(MOD_FN, MOD_GRAD, captures, mod_scale)
 
-    q_smem = gl.allocate_shared_memory(dtype, [Q_STAGES * CONSUMERS * QK_CHUNKS, 1, WG_M, 1, BLOCK_D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [Q_STAGES * PARTS * QK_CHUNKS, 1, ROWS, 1, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES * QK_CHUNKS, 1, BLOCK_N, 1, BLOCK_D], k_desc.layout)
     if IS_FP8 and V_TRANSPOSE:
         # V's (keys, head_dim) tiles land in one staging buffer, whence the producer writes the V^T stages
@@ -953,29 +984,34 @@ def attention_fwd_sm90_kernel(
         vs_ready = v_ready
     for i in gl.static_range(Q_STAGES):
         mbarrier.init(q_bar.index(i), count=1)
-        mbarrier.init(q_empty.index(i), count=CONSUMERS)
+        mbarrier.init(q_empty.index(i), count=PARTS)
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=CONSUMERS)
-        mbarrier.init(kv_empty.index(STAGES + i), count=CONSUMERS)
+        mbarrier.init(kv_empty.index(i), count=PARTS)
+        mbarrier.init(kv_empty.index(STAGES + i), count=PARTS)
     fence_async_shared()  # the inits visible to the async proxy (TMA's complete-tx), as CUDA's TMA guide fences
 
     if SEPARATE_O and not (IS_VARLEN or IS_FP8 or QK_CHUNKS > 1):  # the others store O from registers
-        o_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, 1, WG_M, 1, BLOCK_DV], o_desc.layout)
+        o_smem = gl.allocate_shared_memory(dtype, [PARTS, 1, ROWS, 1, BLOCK_DV], o_desc.layout)
     else:
         o_smem = q_smem
     sm = FwdSmem(q_smem, k_smem, v_smem, o_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn, vs_smem, vs_ready)
     f = FwdFlags(BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M,
-                 PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, IS_FP8 and V_TRANSPOSE, FIRST_FULL)
+                 PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, IS_FP8 and V_TRANSPOSE, FIRST_FULL, WIDE)
     io = FwdOut(Out, Lse, stride_om, stride_oh, stride_lse_b, stride_lse_h, AlibiSlopes, stride_alibi_b, QDescale,
                 KDescale, VDescale, Sink, qk_scale, softcap_in2, softcap_out)
     consumer_regs: gl.constexpr = CONSUMER_REGS if CTAS_PER_SM == 1 else CONSUMER_REGS_TWO_PER_SM
     # two launches of the same partitions: Gluon (3.6) takes the partition list only as a literal (a list held
     # in a variable, or tuples joined with +, do not compile)
-    if CONSUMERS == 3:  # no ping-pong, no FP8 (the plan checks): the third consumer shares the first's P buffer
+    if WIDE:  # no ping-pong, no FP8, two warpgroups (the plan checks)
+        gl.warp_specialize([
+            (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, f)),
+            (_consumer, (0, sm, p_smem0, o_desc, io, grid, lists, mod, f)),
+        ], [8], [consumer_regs])
+    elif CONSUMERS == 3:  # no ping-pong, no FP8 (the plan checks): the third consumer shares the first's P buffer
         gl.warp_specialize([
             (_producer, (q_desc, k_desc, v_desc, sm, grid, lists, f)),
             (_consumer, (0, sm, p_smem0, o_desc, io, grid, lists, mod, f)),
@@ -1040,6 +1076,10 @@ class Sm90ForwardPlan:
         block_n, consumers = tuning["BLOCK_N"], tuning["CONSUMERS"]
         if consumers == 3 and (fp8 or tuning["PINGPONG"]):
             raise ValueError("CONSUMERS=3 takes neither FP8 nor ping-pong (PINGPONG)")
+        wide = tuning.get("WIDE", False)
+        if wide and (consumers != 2 or fp8 or tuning["PINGPONG"] or head_dim_v != head_dim
+                     or tuning["CTAS_PER_SM"] != 1):
+            raise ValueError("WIDE takes two consumers, one program an SM, and neither FP8, ping-pong nor MLA")
         block_m = consumers * int(WG_M)
         num_tiles = cdiv(seqlen_q, block_m) * batch * nheads
         section, l2_share = 1, tuning.pop("L2_SECTIONS")  # 1/n of L2 per section; 0: no sections
@@ -1076,7 +1116,8 @@ class Sm90ForwardPlan:
         self.lse_shape = (nheads, q.shape[0]) if varlen else (batch, nheads, seqlen_q)
         self.empty = q.numel() == 0 or batch * seqlen_q == 0
         qk_width = head_dim // qk_chunks  # Q and K tiles' columns (MLA: 64-column chunks)
-        self.q_block, self.kv_block = [1, 64, 1, qk_width], [1, block_n, 1, qk_width]
+        # a consumer partition's Q part (and O stage): WIDE's covers both warpgroups' rows
+        self.q_block, self.kv_block = [1, block_m if wide else 64, 1, qk_width], [1, block_n, 1, qk_width]
         self.q_layout = shared_layout(self.q_block, q.dtype)
         self.kv_layout = shared_layout(self.kv_block, q.dtype)
         self.v_block, self.v_layout = self.kv_block, self.kv_layout
@@ -1150,6 +1191,8 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, Schedule=None,
                      Sink=None)
     constants.setdefault("V_TRANSPOSE", False)  # an FP8 key (CONFIGS_FP8): the others' launches leave it out
+    for key in ("FIRST_FULL", "WIDE"):  # tuning keys whose launches may leave them out (the kernel's defaults)
+        constants.setdefault(key, False)
     scheduled = flags.pop("SCHEDULED", False)
     sink = flags.pop("SINK", False)
     block_sparse = flags.pop("BLOCK_SPARSE", False)
@@ -1177,7 +1220,9 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
         types.update(dict.fromkeys(SPARSE_LISTS, "*i32"))
     mod_signature(score_mod, constants, types)
     v_keys_last_tiles = fp8 and not constants.get("V_TRANSPOSE")
-    descriptors = dict(q_desc=64, k_desc=block_n, v_desc=[1, 1, head_dim, block_n] if v_keys_last_tiles else block_n)
+    q_rows = 64 * constants["CONSUMERS"] if constants.get("WIDE") else 64  # a consumer partition's Q part
+    descriptors = dict(q_desc=q_rows, k_desc=block_n,
+                       v_desc=[1, 1, head_dim, block_n] if v_keys_last_tiles else block_n)
     constants["QK_CHUNKS"] = head_dim // MLA_CHUNK if mla else 1  # a compile-only signature types the rest as int
     if mla:
         constants.update(o_desc=None, QDescale=None, KDescale=None, VDescale=None)
@@ -1187,7 +1232,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
         types.update(QDescale="*fp32", KDescale="*fp32", VDescale="*fp32")
         constants["o_desc"] = None
     else:
-        descriptors["o_desc"] = 64
+        descriptors["o_desc"] = q_rows
         constants.update(QDescale=None, KDescale=None, VDescale=None)
     return compile_gluon(attention_fwd_sm90_kernel, dtype, head_dim, descriptors, types, constants,
                          launch_maxnreg(constants["CONSUMERS"], constants["CTAS_PER_SM"], free_regs), free_regs)
