@@ -392,7 +392,7 @@ class FwdFlags:
     @gluon.constexpr_function
     def __init__(self, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI,
                  REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, V_TRANSPOSE=False, FIRST_FULL=False,
-                 WIDE=False):
+                 ROWS=64):
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.BLOCK_D = gl.constexpr(BLOCK_D)
         self.BLOCK_DV = gl.constexpr(BLOCK_DV)
@@ -410,9 +410,9 @@ class FwdFlags:
         self.V_TRANSPOSE = gl.constexpr(bool(V_TRANSPOSE))
         self.P_SHIFT = gl.constexpr(8.0 if IS_FP8 else 0.0)
         self.FIRST_FULL = gl.constexpr(FIRST_FULL)
-        # a consumer partition's query rows and warps: one warpgroup, or WIDE's two running one code copy
-        self.ROWS = gl.constexpr(2 * WG_M if WIDE else WG_M)
-        self.WARPS = gl.constexpr(8 if WIDE else 4)
+        # a consumer partition's query rows and warps (16 rows a warp): one warpgroup, or WIDE's two
+        self.ROWS = gl.constexpr(ROWS)
+        self.WARPS = gl.constexpr(ROWS // 16)
 
 
 @aggregate
@@ -598,16 +598,15 @@ def _p_smem_layout(block_n):
 
 
 @gluon.jit
-def _issue_s(sm: FwdSmem, q_part, stage, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr):
+def _issue_s(sm: FwdSmem, q_part, stage, f: FwdFlags):
     """S = Q K_stageᵀ for Q part q_part, asynchronously: one matmul, or one per BLOCK_D-column chunk of Q and K
     accumulated in turn where the query head dim is no power of two (MLA's 192 = 3 x 64: QK_CHUNKS tiles each)."""
     QK_CHUNKS: gl.constexpr = sm.k.shape[0] // sm.k_ready.shape[0]
-    ROWS: gl.constexpr = sm.q.shape[2]
-    s_layout: gl.constexpr = wgmma_layout(BLOCK_N, sm.q.dtype.primitive_bitwidth, ROWS // 16)
-    tok = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    s_layout: gl.constexpr = wgmma_layout(f.BLOCK_N, sm.q.dtype.primitive_bitwidth, f.WARPS)
+    tok = gl.zeros([f.ROWS, f.BLOCK_N], gl.float32, s_layout)
     for c in gl.static_range(QK_CHUNKS):
-        q_c = sm.q.index(q_part * QK_CHUNKS + c).reshape([ROWS, BLOCK_D])
-        k_t = sm.k.index(stage * QK_CHUNKS + c).reshape([BLOCK_N, BLOCK_D]).permute([1, 0])
+        q_c = sm.q.index(q_part * QK_CHUNKS + c).reshape([f.ROWS, f.BLOCK_D])
+        k_t = sm.k.index(stage * QK_CHUNKS + c).reshape([f.BLOCK_N, f.BLOCK_D]).permute([1, 0])
         tok = warpgroup_mma(q_c, k_t, tok, use_acc=c > 0, is_async=True)
     return tok
 
@@ -721,7 +720,7 @@ def _step(it, turns, start_n, acc, m_i, l_i, p, q_part, sm: FwdSmem, p_smem, off
     mbarrier.wait(sm.k_ready.index(stage), ready_phase(it, STAGES))
     mbarrier.wait(sm.v_ready.index(prev), ready_phase(it - 1, STAGES))
     _take_turn(sm.turn, turns, WG, f.PINGPONG)
-    s_tok = _issue_s(sm, q_part, stage, f.BLOCK_N, f.BLOCK_D)
+    s_tok = _issue_s(sm, q_part, stage, f)
     o_tok = _issue_pv(p, p_smem, it - 1, sm.v, acc, f)
     _pass_turn(sm.turn, WG, f.PINGPONG)
     s = warpgroup_mma_wait(1, deps=[s_tok])
@@ -755,7 +754,7 @@ def _attend(q_part, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         stage = it % STAGES
         mbarrier.wait(sm.k_ready.index(stage), ready_phase(it, STAGES))
         _take_turn(sm.turn, turns, WG, PINGPONG)
-        s_tok = _issue_s(sm, q_part, stage, BLOCK_N, f.BLOCK_D)
+        s_tok = _issue_s(sm, q_part, stage, f)
         _pass_turn(sm.turn, WG, PINGPONG)
         s = warpgroup_mma_wait(0, deps=[s_tok])
         _release(sm.kv_empty.index(stage), f)
@@ -1000,7 +999,7 @@ def attention_fwd_sm90_kernel(
         o_smem = q_smem
     sm = FwdSmem(q_smem, k_smem, v_smem, o_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn, vs_smem, vs_ready)
     f = FwdFlags(BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M,
-                 PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, IS_FP8 and V_TRANSPOSE, FIRST_FULL, WIDE)
+                 PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, IS_FP8 and V_TRANSPOSE, FIRST_FULL, ROWS)
     io = FwdOut(Out, Lse, stride_om, stride_oh, stride_lse_b, stride_lse_h, AlibiSlopes, stride_alibi_b, QDescale,
                 KDescale, VDescale, Sink, qk_scale, softcap_in2, softcap_out)
     consumer_regs: gl.constexpr = CONSUMER_REGS if CTAS_PER_SM == 1 else CONSUMER_REGS_TWO_PER_SM
