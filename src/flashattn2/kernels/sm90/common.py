@@ -40,8 +40,8 @@ class WorkGrid:
     (device/tile_order.py); `heads` per batch entry (the kv heads in the backward), `group` query heads per kv
     head; the sequences' lengths and bounds (packed batches: cu_seqlens) and the window; `schedule`: None (program i
     takes items i, i + grid, ...) or a host-made table of each program's items (forward.schedule_items): int64 with
-    each item's place worked out (the forward), int32 with its index (the backward, where the int64 table measured
-    1% slower). A new per-launch value is one field here and its use."""
+    each item's place worked out (the forward; the backward with PLACED_SCHEDULE), int32 with its index. A new
+    per-launch value is one field here and its use."""
     num_blocks: _SCALAR
     num_tiles: _SCALAR
     section: _SCALAR

@@ -758,17 +758,11 @@ def _attend(q_part, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         _pass_turn(sm.turn, WG, PINGPONG)
         s = warpgroup_mma_wait(0, deps=[s_tok])
         _release(sm.kv_empty.index(stage), f)
-        if f.FIRST_FULL and not lists.on:
-            # a first tile every row sees whole (causal items past the first block, most non-causal ones) skips
-            # the mask: both versions compiled, one uniform branch
-            if (n_lo >= n_full_lo) & (n_lo + BLOCK_N <= n_full_hi):
-                p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left,
-                                        window_right, softcap_in2, softcap_out, alibi_slope, lists, visit, mod,
-                                        sm.q.dtype, f, False)
-            else:
-                p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left,
-                                        window_right, softcap_in2, softcap_out, alibi_slope, lists, visit, mod,
-                                        sm.q.dtype, f, True)
+        # FIRST_FULL: a first tile every row sees whole (causal items past the first block, most non-causal ones)
+        # skips the mask: both versions compiled, one uniform branch
+        if f.FIRST_FULL and not lists.on and (n_lo >= n_full_lo) & (n_lo + BLOCK_N <= n_full_hi):
+            p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+                                    softcap_in2, softcap_out, alibi_slope, lists, visit, mod, sm.q.dtype, f, False)
         else:
             p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
                                     softcap_in2, softcap_out, alibi_slope, lists, visit, mod, sm.q.dtype, f, True)
@@ -1189,8 +1183,9 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     constants = dict(config, HAS_LEFT=False, HAS_RIGHT=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, Schedule=None,
                      Sink=None)
-    constants.setdefault("V_TRANSPOSE", False)  # an FP8 key (CONFIGS_FP8): the others' launches leave it out
-    for key in ("FIRST_FULL", "WIDE"):  # tuning keys whose launches may leave them out (the kernel's defaults)
+    # tuning keys some launches leave out (V_TRANSPOSE: FP8's; FIRST_FULL, WIDE: off unless a tuning sets them), at
+    # the kernel's defaults: a key missing here would compile as an int argument
+    for key in ("V_TRANSPOSE", "FIRST_FULL", "WIDE"):
         constants.setdefault(key, False)
     scheduled = flags.pop("SCHEDULED", False)
     sink = flags.pop("SINK", False)
