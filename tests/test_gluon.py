@@ -485,6 +485,20 @@ def _varlen_case(seed, requires_grad=False, head_dim=128):
     return lens_q, lens_k, cu_q, cu_k, q, k, v
 
 
+def _forward_stress_and_packed(shape, seed):
+    """A STRESS shape, then a packed causal batch of its head dim (_varlen_case(seed)), through flash_attn in bf16
+    against float64: the Gluon plan the first call made."""
+    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
+    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(seed, head_dim=shape[5])
+    out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                         return_attn_probs=True)
+    check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
+    return plan
+
+
 STRESS = [
     # batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, options
     (2, 128, 128, 2, 2, 128, {}),
@@ -529,15 +543,8 @@ def test_gluon_forward_three_consumers(shape, free_regs, gluon_backend, monkeypa
     noncausal = {**fwd_sm90.CONFIGS_NONCAUSAL, 64: dict(fwd_sm90.CONFIGS_NONCAUSAL[64], FREE_REGS=free_regs)}
     monkeypatch.setattr(fwd_sm90, "CONFIGS_NONCAUSAL", noncausal)
     flashattn2.set_backend("gluon")
-    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
-    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
-    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    plan = _forward_stress_and_packed(shape, 7)
     assert plan.attend.named["CONSUMERS"] == 3 and plan.attend.named["FREE_REGS"] == free_regs
-    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
-    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(7, head_dim=64)
-    out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
-                                         return_attn_probs=True)
-    check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
 
 
 @pytest.mark.gpu
@@ -552,15 +559,7 @@ def test_gluon_forward_first_tile_unmasked(shape, gluon_backend, monkeypatch):
     for table in ("CONFIGS", "CONFIGS_MLA"):
         monkeypatch.setattr(fwd_sm90, table, {d: dict(c, FIRST_FULL=True) for d, c in getattr(fwd_sm90, table).items()})
     flashattn2.set_backend("gluon")
-    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
-    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
-    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
-    assert plan.attend.named["FIRST_FULL"]
-    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
-    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(11, head_dim=shape[5])
-    out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
-                                         return_attn_probs=True)
-    check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
+    assert _forward_stress_and_packed(shape, 11).attend.named["FIRST_FULL"]
 
 
 def test_wide_and_three_consumer_tunings_refuse_what_they_cannot_run():
@@ -597,15 +596,8 @@ def test_gluon_forward_wide_consumer(shape, gluon_backend, monkeypatch):
     noncausal = {d: dict(c, CONSUMERS=2) for d, c in fwd_sm90.CONFIGS_NONCAUSAL.items()}  # d64's three: two
     monkeypatch.setattr(fwd_sm90, "CONFIGS_NONCAUSAL", noncausal)
     flashattn2.set_backend("gluon")
-    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
-    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
-    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    plan = _forward_stress_and_packed(shape, 13)
     assert plan.attend.named["WIDE"] and plan.q_block[1] == 128
-    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
-    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(13, head_dim=shape[5])
-    out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
-                                         return_attn_probs=True)
-    check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
 
 
 # CTAS_PER_SM=2's shapes: the d64 stress shapes and two causal ones with more items than programs
@@ -626,16 +618,9 @@ def test_gluon_forward_two_programs_per_sm(shape, gluon_backend, monkeypatch):
     from flashattn2.kernels.sm90 import forward as fwd_sm90
 
     _two_programs_per_sm(monkeypatch, fp8=False)
-    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
-    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
-    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    plan = _forward_stress_and_packed(shape, 7)
     assert plan.attend.named["CTAS_PER_SM"] == 2
     assert plan.attend.options["maxnreg"] == fwd_sm90.MAXNREG_TWO_PER_SM
-    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
-    lens_q, lens_k, cu_q, cu_k, q, k, v = _varlen_case(7, head_dim=64)
-    out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
-                                         return_attn_probs=True)
-    check_varlen(q, k, v, out, lse, None, torch.empty_like(out), cu_q, cu_k, causal=True)
 
 
 def _two_programs_per_sm(monkeypatch, fp8: bool) -> None:
