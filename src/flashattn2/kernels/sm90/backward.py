@@ -116,10 +116,12 @@ CONFIGS_MLA_NARROW = {(192, 128): dict(CONFIGS_MLA[(192, 128)], BLOCK_M=64, STAG
 # persistent grid, items over one L2-sized section, longest first. Time over the default in three runs with
 # COALESCED_DKV (H200, 2026-11-28, benchmarks/results/2026-11-28_s22_ab/04-06): 2k 0.978 / 0.983 / 0.991, 4k 0.993 /
 # 0.997 / 0.996, 8k 0.988 / 0.982 / 0.975; at 16k 1.011 / 1.025 / 1.036, so longer calls keep one program per item
-CONFIGS_MLA_SHORT_CAUSAL = {(192, 128): (8192, dict(PERSISTENT_CAUSAL=True, L2_SECTIONS=1))}
 # PLACED_SCHEDULE (a host key, off where left out): the schedule table holds each item's place worked out
 # (tile_order.decoded_schedule, one int64 an item) instead of its index, as the forward's does. d64 / d128 causal
 # whole backward 0.990 / 0.986 and 0.999 / 0.984 at 512 / 2k (H200, 2026-11-28, results/2026-11-28_s25_ab/01), so off
+# there; MLA 192/128 on this grid 0.988 / 0.991 / 0.989 of the index table's time at 2k / 4k / 8k (six alternating
+# rounds, H200, 2026-11-28, results/2026-11-28_s26_ab/01; sm_90 6,336 -> 5,832 instructions)
+CONFIGS_MLA_SHORT_CAUSAL = {(192, 128): (8192, dict(PERSISTENT_CAUSAL=True, L2_SECTIONS=1, PLACED_SCHEDULE=True))}
 HOST_TUNING_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS", "PLACED_SCHEDULE")
 
 
