@@ -57,9 +57,10 @@ VARIANTS = [
     (192, torch.float16, {"BWD": True, "head_dim_v=128": True, "HAS_RIGHT": True, "IS_VARLEN": True,
                           "MAY_SPILL": True}),
     (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "FUSED_DQ=0": True, "MAY_SPILL": True}),
-    # dense causal calls of at most 8k rows: the scheduled persistent grid (CONFIGS_MLA_SHORT_CAUSAL)
+    # dense causal calls of at most 8k rows: the scheduled persistent grid (CONFIGS_MLA_SHORT_CAUSAL), its table
+    # holding each item's place (PLACED_SCHEDULE)
     (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "HAS_RIGHT": True, "SCHEDULED": True,
-                           "MAY_SPILL": True}),
+                           "PLACED_SCHEDULE=1": True, "MAY_SPILL": True}),
     # dK/dV stored from the accumulators (CONFIGS_MLA stores them through shared memory, COALESCED_DKV)
     (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "COALESCED_DKV=0": True, "HAS_RIGHT": True,
                            "MAY_SPILL": True}),
@@ -79,6 +80,9 @@ VARIANTS = [
     # a persistent causal grid's schedule table (the default for dense causal calls)
     (128, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True, "SEPARATE_O=1": True,
                            "STAGES=2": True, "Q_STAGES=2": True, "LAZY_O_WAIT=1": True}),
+    # and d64's, whose first key tile skips its mask where every row sees it whole (FIRST_FULL)
+    (64, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True, "SEPARATE_O=1": True,
+                          "Q_STAGES=2": True, "LAZY_O_WAIT=1": True, "FIRST_FULL=1": True}),
     # three consumer warpgroups, 192-row items (CONSUMERS=3, the default of dense non-causal d64 calls)
     # (24 and 256 bytes of spills at 160 registers a consumer, triton 3.6's ptxas)
     (64, torch.bfloat16, {"THREE_CONSUMERS": True, "Q_STAGES=2": True, "MAY_SPILL": True}),
@@ -313,6 +317,13 @@ def test_auto_and_default_tiles_per_head_dim():
     # d64 causal from fwd.AUTO_D64_CAUSAL_MIN_ROWS, plain causal only (no left edge)
     long64c = torch.empty(1, fwd.AUTO_D64_CAUSAL_MIN_ROWS, 1, 64, dtype=torch.bfloat16)
     assert fwd.AUTO_D64_CAUSAL_MIN_ROWS == 2048
+    # dense causal d64 skips the first key tile's mask where every row sees it whole (FIRST_FULL: +1.4-3.2% at
+    # 1k-8k, H200 2026-11-28); not d128, d256, non-causal, packed or FP8 calls (level or slower there)
+    assert default_tuning(64, False, causal)["FIRST_FULL"] and default_tuning(64, False, local)["FIRST_FULL"]
+    assert default_tuning(64, False, causal)["FIRST_FULL_MIN_ROWS"] == 1024  # 512 lost 10% with it
+    assert not any(default_tuning(d, False, o).get("FIRST_FULL", False) for d in (128, 256) for o in (full, causal))
+    assert not any(default_tuning(64, fp8, o).get("FIRST_FULL", False) for fp8 in (False, True) for o in (full, packed))
+    assert not default_tuning(64, True, causal).get("FIRST_FULL", False)
     assert auto_declines(long64c, causal) is None and auto_declines(long64c[:, 1:], causal) is not None
     assert auto_declines(long64c, local) is not None
     # FP8 dense calls take two Q stages at d64 and d128, causal or not
@@ -554,12 +565,39 @@ def test_gluon_forward_three_consumers(shape, free_regs, gluon_backend, monkeypa
 def test_gluon_forward_first_tile_unmasked(shape, gluon_backend, monkeypatch):
     # FIRST_FULL: an item's first key tile skips the mask where every row sees it whole; cut tiles (keys' end,
     # windows' left edge, the diagonal) keep it. Both grids, every head dim, against float64; packed batches too
+    from flashattn2 import quantize_fp8
     from flashattn2.kernels.sm90 import forward as fwd_sm90
 
-    for table in ("CONFIGS", "CONFIGS_MLA"):
-        monkeypatch.setattr(fwd_sm90, table, {d: dict(c, FIRST_FULL=True) for d, c in getattr(fwd_sm90, table).items()})
+    for table in ("CONFIGS", "CONFIGS_MLA", "CONFIGS_FP8", "CONFIGS_CAUSAL"):  # (CONFIGS_CAUSAL: at any length)
+        monkeypatch.setattr(fwd_sm90, table, {d: dict(c, FIRST_FULL=True, FIRST_FULL_MIN_ROWS=0)
+                                              for d, c in getattr(fwd_sm90, table).items()})
     flashattn2.set_backend("gluon")
     assert _forward_stress_and_packed(shape, 11).attend.named["FIRST_FULL"]
+    # FP8: its P goes to the PV matmul through shared memory (a P carried out of the branch came out wrong once)
+    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
+    q8, k8, v8, *descales = quantize_fp8(q, k, v)
+    out, lse, _ = flash_attn_func(q8, k8, v8, return_attn_probs=True, q_descale=descales[0], k_descale=descales[1],
+                                  v_descale=descales[2], **options)
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend") and p.attend.named["IS_FP8"])
+    assert plan.attend.named["FIRST_FULL"]
+    _fp8_check(q8, k8, v8, descales, out, lse, **options)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("seqlen", [1023, 1024])
+def test_gluon_forward_d64_causal_first_tile_unmasked_from_its_rows(seqlen, gluon_backend):
+    # the default dense causal d64 tuning: FIRST_FULL from FIRST_FULL_MIN_ROWS query rows (at 512 it lost 10%)
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    assert fwd_sm90.CONFIGS_CAUSAL[64]["FIRST_FULL_MIN_ROWS"] == 1024
+    flashattn2.set_backend("gluon")
+    q, k, v, options = _stress_case(2, seqlen, seqlen, 4, 2, 64, {"causal": True}, dtype=torch.bfloat16,
+                                    requires_grad=False)
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **options)
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend"))
+    assert plan.attend.named["FIRST_FULL"] == (seqlen >= 1024)
+    check_attention(q, k, v, out, lse, None, torch.empty_like(out), **options)
 
 
 def test_wide_and_three_consumer_tunings_refuse_what_they_cannot_run():
@@ -1116,6 +1154,10 @@ def test_backward_takes_the_scheduled_causal_grid_where_it_measured_faster():
     for rows, on in ((2048, True), (8192, True), (8193, False), (16384, False)):
         tuning = tuning_for(192, causal, 128, rows)
         assert tuning.get("PERSISTENT_CAUSAL", False) == on and tuning["L2_SECTIONS"] == (1 if on else 0), rows
+        # with the table of places there (-0.9 to -1.2% time at 2k-8k, H200 2026-11-28); the other head dims keep
+        # the table of indexes (1% slower with places)
+        assert tuning.get("PLACED_SCHEDULE", False) == on, rows
+    assert not any(tuning_for(d, causal).get("PLACED_SCHEDULE", False) for d in (64, 128, 256))
     for opts in (packed, deterministic, full):
         assert not tuning_for(192, opts, 128, 2048).get("PERSISTENT_CAUSAL", False)
 

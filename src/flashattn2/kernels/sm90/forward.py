@@ -105,13 +105,16 @@ from .gluon_api import (
 # CTAS_PER_SM: programs resident per SM (2: the launch's register cap and the consumers' share halved, the persistent
 # grid twice the SMs), so that one program's item prologue and epilogue overlap another's tiles where items hold few
 # key tiles (short causal calls); the shared memory must allow it (CONSUMERS=2 only)
-# FIRST_FULL (off where left out; measuring): an item's first key tile skips the mask where every row sees it whole
-# (causal items past the first block, non-causal ones whose keys fill the tile), through a uniform branch between
-# two compiled versions (sm_90: d128 causal 4,952 -> 5,928 instructions, ~250 fewer run per such tile and warp)
-# WIDE (off where left out; measuring): the two consumer warpgroups as one 8-warp partition running one code copy
+# FIRST_FULL (off where left out; on in CONFIGS_CAUSAL's d64): an item's first key tile skips the mask where every
+# row sees it whole (causal items past the first block, non-causal ones whose keys fill the tile), through a uniform
+# branch between two compiled versions (sm_90: d128 causal 4,952 -> 5,928 instructions, ~250 fewer run per such
+# tile and warp)
+# WIDE (off where left out): the two consumer warpgroups as one 8-warp partition running one code copy
 # (128-row wgmmas; the two warpgroups meet at a named barrier before each release, whose one arrival would otherwise
 # speak for the arriving warpgroup only). ncu at 512: d64 causal's warps waited on instruction fetch in 24% of the
-# samples (d128: 7%); sm_90 d64 causal 4,456 -> 2,416 instructions. No ping-pong, FP8 or MLA with it
+# samples (d128: 7%); sm_90 d64 causal 4,456 -> 2,416 instructions. No ping-pong, FP8 or MLA with it. Measured
+# (H200, 2026-11-28, results/2026-11-28_s26_ab/02-03): d64 causal 512 +13% over the default (still 6% under the
+# Triton forward), 1k-8k -12 to -15%; d128 and d256 -13 to -23%; d64 non-causal -24 / -29%
 _GRID = dict(PERSISTENT=True, PERSISTENT_CAUSAL=False, SEPARATE_O=False, CONSUMERS=2, ITEM_COST=1, Q_STAGES=1,
              LAZY_O_WAIT=False, FREE_REGS=False, CTAS_PER_SM=1)
 # V_TRANSPOSE (FP8): V transposed in the kernel from a one-tile staging buffer instead of the keys-last copy before
@@ -126,7 +129,8 @@ _FP8 = dict(_GRID, V_TRANSPOSE=False, V_TRANSPOSE_ROWS=0)
 # the tuning keys the host reads (launch grid, schedule): not kernel arguments. FREE_REGS is read by the host too,
 # and passed as an argument the kernel ignores, so that Triton caches the two compiles apart (triton 3.6 keys its
 # cache on the arguments, not on the stage hook)
-HOST_TUNING_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS", "ITEM_COST", "V_TRANSPOSE_ROWS")
+HOST_TUNING_KEYS = ("PERSISTENT", "PERSISTENT_CAUSAL", "L2_SECTIONS", "ITEM_COST", "V_TRANSPOSE_ROWS",
+                    "FIRST_FULL_MIN_ROWS")
 CONFIGS = {
     64: dict(BLOCK_N=128, STAGES=4, PINGPONG=False, L2_SECTIONS=0, **_GRID),
     128: dict(BLOCK_N=128, STAGES=3, PINGPONG=True, L2_SECTIONS=4, **_GRID),
@@ -144,8 +148,12 @@ CONFIGS_FP8 = {
 # (SEPARATE_O) +3 / +2 / +14 / +6 / +4%; d256 +5 / +6 / +4 / +1 / +3% (bf16, H100, 2026-11-24)
 # Then two Q stages with the lazy O wait (Q_STAGES, LAZY_O_WAIT): d128 +4 / +4 / +3 / +1 / -1%, d64 -2 / +5 / +4 /
 # +1 / +3% (2026-11-25)
+# Then FIRST_FULL at d64 (H200, 2026-11-28, results/2026-11-28_s26_ab/02 and 04, TFLOP/s over the default): 1k +1.4
+# / +0.5 / +1.3%, 2k +2.3 / +1.1 / +3.6%, 4k +3.2%, 8k +1.8%; at 512 0.89 / 0.90 / 0.90, so from FIRST_FULL_MIN_ROWS
+# query rows (a host key) only; d128 -1.2 / +0.8 / +0.3% at 512 / 1k / 4k and d256 +0.7 / +0.8 / -4.1%, so not there
 CONFIGS_CAUSAL = {
-    64: dict(PERSISTENT_CAUSAL=True, SEPARATE_O=True, Q_STAGES=2, LAZY_O_WAIT=True),
+    64: dict(PERSISTENT_CAUSAL=True, SEPARATE_O=True, Q_STAGES=2, LAZY_O_WAIT=True, FIRST_FULL=True,
+             FIRST_FULL_MIN_ROWS=1024),
     128: dict(PERSISTENT_CAUSAL=True, SEPARATE_O=True, STAGES=2, Q_STAGES=2, LAZY_O_WAIT=True),
     256: dict(PERSISTENT_CAUSAL=True),
 }
@@ -759,14 +767,16 @@ def _attend(q_part, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
         s = warpgroup_mma_wait(0, deps=[s_tok])
         _release(sm.kv_empty.index(stage), f)
         # FIRST_FULL: a first tile every row sees whole (causal items past the first block, most non-causal ones)
-        # skips the mask: both versions compiled, one uniform branch
+        # skips the mask: both versions compiled, one uniform branch. P is kept inside each branch: FP8's 8-bit P
+        # carried out of the branch came out wrong (H200, 2026-11-28)
         if f.FIRST_FULL and not lists.on and (n_lo >= n_full_lo) & (n_lo + BLOCK_N <= n_full_hi):
             p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
                                     softcap_in2, softcap_out, alibi_slope, lists, visit, mod, sm.q.dtype, f, False)
+            p = _keep_p(p, p_smem, it, f.IS_FP8)
         else:
             p, _, m_i, l_i = _probs(s, m_i, l_i, offs_m, n_lo, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
                                     softcap_in2, softcap_out, alibi_slope, lists, visit, mod, sm.q.dtype, f, True)
-        p = _keep_p(p, p_smem, it, f.IS_FP8)
+            p = _keep_p(p, p_smem, it, f.IS_FP8)
         it += 1
         turns += 1
         first = n_lo + BLOCK_N
@@ -1066,6 +1076,8 @@ class Sm90ForwardPlan:
         head_dim_v = v.shape[-1]
         qk_chunks = head_dim // MLA_CHUNK if head_dim_v != head_dim else 1
         tuning = {**default_tuning(head_dim, fp8, opts, head_dim_v), **(tuning or {})}
+        if seqlen_q < tuning.pop("FIRST_FULL_MIN_ROWS", 0):  # where the branch's second copy costs more than it saves
+            tuning["FIRST_FULL"] = False
         block_n, consumers = tuning["BLOCK_N"], tuning["CONSUMERS"]
         if consumers == 3 and (fp8 or tuning["PINGPONG"]):
             raise ValueError("CONSUMERS=3 takes neither FP8 nor ping-pong (PINGPONG)")
