@@ -84,6 +84,8 @@ VARIANTS = [
     (64, torch.bfloat16, {"HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True, "SEPARATE_O=1": True,
                           "Q_STAGES=2": True, "LAZY_O_WAIT=1": True, "FIRST_FULL=1": True}),
     # three consumer warpgroups, 192-row items (CONSUMERS=3, the default of dense non-causal d64 calls)
+    # with a consumer whose rows all lie past the end walking the tiles without matmuls (IDLE_SKIP)
+    (64, torch.bfloat16, {"THREE_CONSUMERS": True, "Q_STAGES=2": True, "FREE_REGS=1": True, "IDLE_SKIP=1": True}),
     # (24 and 256 bytes of spills at 160 registers a consumer, triton 3.6's ptxas)
     (64, torch.bfloat16, {"THREE_CONSUMERS": True, "Q_STAGES=2": True, "MAY_SPILL": True}),
     (64, torch.float16, {"THREE_CONSUMERS": True, "HAS_RIGHT": True, "REVERSE_M": True, "SCHEDULED": True,
@@ -580,6 +582,33 @@ def test_gluon_forward_first_tile_unmasked(shape, gluon_backend, monkeypatch):
                                   v_descale=descales[2], **options)
     plan = next(p for p in backends._plans.values() if hasattr(p, "attend") and p.attend.named["IS_FP8"])
     assert plan.attend.named["FIRST_FULL"]
+    _fp8_check(q8, k8, v8, descales, out, lse, **options)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("shape", STRESS + [(2, 512, 512, 4, 4, 64, {}), (2, 900, 900, 4, 2, 128, {"causal": True})],
+                         ids=lambda s: "x".join(map(str, s[:6])) + "-" + "-".join(s[6]))
+def test_gluon_forward_idle_consumers_skip_their_matmuls(shape, gluon_backend, monkeypatch):
+    # IDLE_SKIP: a consumer whose rows all lie past the sequence's end (an item's second half at 300, 513, 777 or
+    # 4000 rows; the third of three d64 consumers at 512) walks the stages and turns without matmuls; its partners'
+    # rows must come out as before. Every stress shape, both grids, ping-pong or not, packed batches, FP8
+    from flashattn2 import quantize_fp8
+    from flashattn2.kernels.sm90 import forward as fwd_sm90
+
+    for table in ("CONFIGS", "CONFIGS_FP8"):
+        monkeypatch.setattr(fwd_sm90, table, {d: dict(c, IDLE_SKIP=True) for d, c in getattr(fwd_sm90, table).items()})
+    flashattn2.set_backend("gluon")
+    plan = _forward_stress_and_packed(shape, 13)
+    assert plan.attend.named["IDLE_SKIP"]
+    if shape[6] == {} and shape[5] == 64 and shape[1] == 512:
+        assert plan.attend.named["CONSUMERS"] == 3  # 192-row items: the last one's third consumer idles
+    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
+    q8, k8, v8, *descales = quantize_fp8(q, k, v)
+    out, lse, _ = flash_attn_func(q8, k8, v8, return_attn_probs=True, q_descale=descales[0], k_descale=descales[1],
+                                  v_descale=descales[2], **options)
+    plan = next(p for p in backends._plans.values() if hasattr(p, "attend") and p.attend.named["IS_FP8"])
+    assert plan.attend.named["IDLE_SKIP"]
     _fp8_check(q8, k8, v8, descales, out, lse, **options)
 
 

@@ -109,6 +109,8 @@ from .gluon_api import (
 # row sees it whole (causal items past the first block, non-causal ones whose keys fill the tile), through a uniform
 # branch between two compiled versions (sm_90: d128 causal 4,952 -> 5,928 instructions, ~250 fewer run per such
 # tile and warp)
+# IDLE_SKIP (off where left out; measuring): a consumer whose 64 rows all lie past the sequence's end walks the key
+# tiles' barriers without its matmuls (three consumers' 192-row items waste 1/9 of the work at 512 rows, 1/18 at 1k)
 # WIDE (off where left out): the two consumer warpgroups as one 8-warp partition running one code copy
 # (128-row wgmmas; the two warpgroups meet at a named barrier before each release, whose one arrival would otherwise
 # speak for the arriving warpgroup only). ncu at 512: d64 causal's warps waited on instruction fetch in 24% of the
@@ -394,13 +396,14 @@ class FwdFlags:
     V_TRANSPOSE: gl.constexpr
     P_SHIFT: gl.constexpr
     FIRST_FULL: gl.constexpr
+    IDLE_SKIP: gl.constexpr
     ROWS: gl.constexpr
     WARPS: gl.constexpr
 
     @gluon.constexpr_function
     def __init__(self, BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI,
                  REVERSE_M, PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, V_TRANSPOSE=False, FIRST_FULL=False,
-                 ROWS=64):
+                 ROWS=64, IDLE_SKIP=False):
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.BLOCK_D = gl.constexpr(BLOCK_D)
         self.BLOCK_DV = gl.constexpr(BLOCK_DV)
@@ -418,6 +421,7 @@ class FwdFlags:
         self.V_TRANSPOSE = gl.constexpr(bool(V_TRANSPOSE))
         self.P_SHIFT = gl.constexpr(8.0 if IS_FP8 else 0.0)
         self.FIRST_FULL = gl.constexpr(FIRST_FULL)
+        self.IDLE_SKIP = gl.constexpr(IDLE_SKIP)
         # a consumer partition's query rows and warps (16 rows a warp): one warpgroup, or WIDE's two
         self.ROWS = gl.constexpr(ROWS)
         self.WARPS = gl.constexpr(ROWS // 16)
@@ -806,6 +810,28 @@ def _attend(q_part, sm: FwdSmem, p_smem, it, turns, offs_m, seqlen_q, seqlen_k, 
 
 
 @gluon.jit
+def _walk_idle(sm: FwdSmem, it, turns, n_lo, n_hi, WG: gl.constexpr, f: FwdFlags):
+    """_attend's stage hand-backs and ping-pong turns, in its order, without its matmuls: for a consumer whose rows
+    all lie past the sequence's end (IDLE_SKIP), so that its partners have the tensor cores to themselves."""
+    STAGES: gl.constexpr = f.STAGES
+    if n_hi > n_lo:
+        for _start_n in range(n_lo, n_hi, f.BLOCK_N):
+            stage = it % STAGES
+            mbarrier.wait(sm.k_ready.index(stage), ready_phase(it, STAGES))
+            _take_turn(sm.turn, turns, WG, f.PINGPONG)
+            _pass_turn(sm.turn, WG, f.PINGPONG)
+            _release(sm.kv_empty.index(stage), f)
+            mbarrier.wait(sm.v_ready.index(stage), ready_phase(it, STAGES))
+            _release(sm.kv_empty.index(STAGES + stage), f)
+            it += 1
+            turns += 1
+        _take_turn(sm.turn, turns, WG, f.PINGPONG)  # _attend's last PV takes a turn of its own
+        _pass_turn(sm.turn, WG, f.PINGPONG)
+        turns += 1
+    return it, turns
+
+
+@gluon.jit
 def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: WorkGrid, lists: BlockLists,
               mod: ScoreMod, f: FwdFlags):
     BLOCK_DV: gl.constexpr = f.BLOCK_DV
@@ -842,10 +868,18 @@ def _consumer(WG: gl.constexpr, sm: FwdSmem, p_smem, o_desc, io: FwdOut, grid: W
             qs = done % Q_STAGES
             q_part = qs * CONSUMERS + WG
             mbarrier.wait(sm.q_bar.index(qs), ready_phase(done, Q_STAGES))
-            acc, m_i, l_i, it, turns = _attend(q_part, sm, p_smem, it, turns, offs_m, n_rows, n_keys, n_lo, n_full_lo,
-                                               n_full_hi, n_hi, tile_scale, grid.window_left, grid.window_right,
-                                               tile_softcap_in2, io.softcap_out, alibi_slope, lists, visit,
-                                               mod.at(off_b, off_h), WG, f)
+            if f.IDLE_SKIP and not lists.on and row0 >= n_rows:
+                # every row of this consumer lies past the sequence's end (the last of three consumers' 192-row items
+                # at 512 rows, ragged lengths): its output is never stored
+                it, turns = _walk_idle(sm, it, turns, n_lo, n_hi, WG, f)
+                acc = gl.zeros([ROWS, BLOCK_DV], gl.float32, o_layout)
+                m_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
+                l_i = gl.full([ROWS], 1.0, gl.float32, gl.SliceLayout(1, s_layout))
+            else:
+                acc, m_i, l_i, it, turns = _attend(q_part, sm, p_smem, it, turns, offs_m, n_rows, n_keys, n_lo,
+                                                   n_full_lo, n_full_hi, n_hi, tile_scale, grid.window_left,
+                                                   grid.window_right, tile_softcap_in2, io.softcap_out, alibi_slope,
+                                                   lists, visit, mod.at(off_b, off_h), WG, f)
             if SEPARATE_O:
                 # every S of this item retired inside _attend: the producer may load the next item's Q now
                 _release(sm.q_empty.index(qs), f)
@@ -918,6 +952,7 @@ def attention_fwd_sm90_kernel(
     MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, mod_scale=1.0,
     QK_CHUNKS: gl.constexpr = 1, FREE_REGS: gl.constexpr = False, CTAS_PER_SM: gl.constexpr = 1,
     V_TRANSPOSE: gl.constexpr = False, FIRST_FULL: gl.constexpr = False, WIDE: gl.constexpr = False,
+    IDLE_SKIP: gl.constexpr = False,
 ):
     """The contract of forward.attention_fwd_kernel without dropout: Out, and Lse in natural log (+inf
     for rows that see no key). q/k/v/o_desc are descriptors over (batch, seqlen, heads, head_dim) with
@@ -1003,7 +1038,7 @@ def attention_fwd_sm90_kernel(
         o_smem = q_smem
     sm = FwdSmem(q_smem, k_smem, v_smem, o_smem, q_bar, q_empty, k_ready, v_ready, kv_empty, turn, vs_smem, vs_ready)
     f = FwdFlags(BLOCK_N, BLOCK_D, BLOCK_DV, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, REVERSE_M,
-                 PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, IS_FP8 and V_TRANSPOSE, FIRST_FULL, ROWS)
+                 PINGPONG, IS_FP8, SEPARATE_O, LAZY_O_WAIT, IS_FP8 and V_TRANSPOSE, FIRST_FULL, ROWS, IDLE_SKIP)
     io = FwdOut(Out, Lse, stride_om, stride_oh, stride_lse_b, stride_lse_h, AlibiSlopes, stride_alibi_b, QDescale,
                 KDescale, VDescale, Sink, qk_scale, softcap_in2, softcap_out)
     consumer_regs: gl.constexpr = CONSUMER_REGS if CTAS_PER_SM == 1 else CONSUMER_REGS_TWO_PER_SM
@@ -1195,9 +1230,9 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     constants = dict(config, HAS_LEFT=False, HAS_RIGHT=False,
                      IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, REVERSE_M=False, IS_FP8=fp8, Schedule=None,
                      Sink=None)
-    # tuning keys some launches leave out (V_TRANSPOSE: FP8's; FIRST_FULL, WIDE: off unless a tuning sets them), at
+    # tuning keys some launches leave out (V_TRANSPOSE: FP8's; the others off unless a tuning sets them), at
     # the kernel's defaults: a key missing here would compile as an int argument
-    for key in ("V_TRANSPOSE", "FIRST_FULL", "WIDE"):
+    for key in ("V_TRANSPOSE", "FIRST_FULL", "WIDE", "IDLE_SKIP"):
         constants.setdefault(key, False)
     scheduled = flags.pop("SCHEDULED", False)
     sink = flags.pop("SINK", False)
