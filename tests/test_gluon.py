@@ -516,6 +516,18 @@ def _forward_stress_and_packed(shape, seed):
     return plan
 
 
+def _fp8_stress(shape):
+    """A STRESS shape quantized to FP8 through flash_attn_func, checked by _fp8_check: the Gluon FP8 plan it made."""
+    from flashattn2 import quantize_fp8
+
+    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
+    q8, k8, v8, *descales = quantize_fp8(q, k, v)
+    out, lse, _ = flash_attn_func(q8, k8, v8, return_attn_probs=True, q_descale=descales[0], k_descale=descales[1],
+                                  v_descale=descales[2], **options)
+    _fp8_check(q8, k8, v8, descales, out, lse, **options)
+    return next(p for p in backends._plans.values() if hasattr(p, "attend") and p.attend.named["IS_FP8"])
+
+
 STRESS = [
     # batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, options
     (2, 128, 128, 2, 2, 128, {}),
@@ -571,7 +583,6 @@ def test_gluon_forward_three_consumers(shape, free_regs, gluon_backend, monkeypa
 def test_gluon_forward_first_tile_unmasked(shape, gluon_backend, monkeypatch):
     # FIRST_FULL: an item's first key tile skips the mask where every row sees it whole; cut tiles (keys' end,
     # windows' left edge, the diagonal) keep it. Both grids, every head dim, against float64; packed batches too
-    from flashattn2 import quantize_fp8
     from flashattn2.kernels.sm90 import forward as fwd_sm90
 
     for table in ("CONFIGS", "CONFIGS_MLA", "CONFIGS_FP8", "CONFIGS_CAUSAL"):  # (CONFIGS_CAUSAL: at any length)
@@ -580,13 +591,7 @@ def test_gluon_forward_first_tile_unmasked(shape, gluon_backend, monkeypatch):
     flashattn2.set_backend("gluon")
     assert _forward_stress_and_packed(shape, 11).attend.named["FIRST_FULL"]
     # FP8: its P goes to the PV matmul through shared memory (a P carried out of the branch came out wrong once)
-    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
-    q8, k8, v8, *descales = quantize_fp8(q, k, v)
-    out, lse, _ = flash_attn_func(q8, k8, v8, return_attn_probs=True, q_descale=descales[0], k_descale=descales[1],
-                                  v_descale=descales[2], **options)
-    plan = next(p for p in backends._plans.values() if hasattr(p, "attend") and p.attend.named["IS_FP8"])
-    assert plan.attend.named["FIRST_FULL"]
-    _fp8_check(q8, k8, v8, descales, out, lse, **options)
+    assert _fp8_stress(shape).attend.named["FIRST_FULL"]
 
 
 @pytest.mark.gpu
@@ -597,7 +602,6 @@ def test_gluon_forward_idle_consumers_skip_their_matmuls(shape, gluon_backend, m
     # IDLE_SKIP: a consumer whose rows all lie past the sequence's end (an item's second half at 300, 513, 777 or
     # 4000 rows; the third of three d64 consumers at 512) walks the stages and turns without matmuls; its partners'
     # rows must come out as before. Every stress shape, both grids, ping-pong or not, packed batches, FP8
-    from flashattn2 import quantize_fp8
     from flashattn2.kernels.sm90 import forward as fwd_sm90
 
     for table in ("CONFIGS", "CONFIGS_FP8"):
@@ -607,13 +611,7 @@ def test_gluon_forward_idle_consumers_skip_their_matmuls(shape, gluon_backend, m
     assert plan.attend.named["IDLE_SKIP"]
     if shape[6] == {} and shape[5] == 64 and shape[1] == 512:
         assert plan.attend.named["CONSUMERS"] == 3  # 192-row items: the last one's third consumer idles
-    q, k, v, options = _stress_case(*shape, dtype=torch.bfloat16, requires_grad=False)
-    q8, k8, v8, *descales = quantize_fp8(q, k, v)
-    out, lse, _ = flash_attn_func(q8, k8, v8, return_attn_probs=True, q_descale=descales[0], k_descale=descales[1],
-                                  v_descale=descales[2], **options)
-    plan = next(p for p in backends._plans.values() if hasattr(p, "attend") and p.attend.named["IS_FP8"])
-    assert plan.attend.named["IDLE_SKIP"]
-    _fp8_check(q8, k8, v8, descales, out, lse, **options)
+    assert _fp8_stress(shape).attend.named["IDLE_SKIP"]
 
 
 @pytest.mark.gpu
