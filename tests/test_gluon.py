@@ -516,6 +516,12 @@ def _forward_stress_and_packed(shape, seed):
     return plan
 
 
+def _set_in_every_entry(monkeypatch, module, tables, **keys):
+    """These tuning keys in every entry of the module's tuning tables, for one test."""
+    for table in tables:
+        monkeypatch.setattr(module, table, {d: dict(c, **keys) for d, c in getattr(module, table).items()})
+
+
 def _fp8_stress(shape):
     """A STRESS shape quantized to FP8 through flash_attn_func, checked by _fp8_check: the Gluon FP8 plan it made."""
     from flashattn2 import quantize_fp8
@@ -585,9 +591,8 @@ def test_gluon_forward_first_tile_unmasked(shape, gluon_backend, monkeypatch):
     # windows' left edge, the diagonal) keep it. Both grids, every head dim, against float64; packed batches too
     from flashattn2.kernels.sm90 import forward as fwd_sm90
 
-    for table in ("CONFIGS", "CONFIGS_MLA", "CONFIGS_FP8", "CONFIGS_CAUSAL"):  # (CONFIGS_CAUSAL: at any length)
-        monkeypatch.setattr(fwd_sm90, table, {d: dict(c, FIRST_FULL=True, FIRST_FULL_MIN_ROWS=0)
-                                              for d, c in getattr(fwd_sm90, table).items()})
+    _set_in_every_entry(monkeypatch, fwd_sm90, ("CONFIGS", "CONFIGS_MLA", "CONFIGS_FP8", "CONFIGS_CAUSAL"),
+                        FIRST_FULL=True, FIRST_FULL_MIN_ROWS=0)  # (CONFIGS_CAUSAL: at any length)
     flashattn2.set_backend("gluon")
     assert _forward_stress_and_packed(shape, 11).attend.named["FIRST_FULL"]
     # FP8: its P goes to the PV matmul through shared memory (a P carried out of the branch came out wrong once)
@@ -604,8 +609,7 @@ def test_gluon_forward_idle_consumers_skip_their_matmuls(shape, gluon_backend, m
     # rows must come out as before. Every stress shape, both grids, ping-pong or not, packed batches, FP8
     from flashattn2.kernels.sm90 import forward as fwd_sm90
 
-    for table in ("CONFIGS", "CONFIGS_FP8"):
-        monkeypatch.setattr(fwd_sm90, table, {d: dict(c, IDLE_SKIP=True) for d, c in getattr(fwd_sm90, table).items()})
+    _set_in_every_entry(monkeypatch, fwd_sm90, ("CONFIGS", "CONFIGS_FP8"), IDLE_SKIP=True)
     flashattn2.set_backend("gluon")
     plan = _forward_stress_and_packed(shape, 13)
     assert plan.attend.named["IDLE_SKIP"]
@@ -1108,9 +1112,8 @@ def test_gluon_backward_on_a_scheduled_causal_grid(head_dim, deterministic, monk
     from flashattn2.kernels.sm90 import backward as bwd_sm90
 
     placed = head_dim == 128
-    for table in ("CONFIGS", "CONFIGS_DKDV", "CONFIGS_MLA"):
-        monkeypatch.setattr(bwd_sm90, table, {d: dict(c, PERSISTENT_CAUSAL=True, PLACED_SCHEDULE=placed)
-                                              for d, c in getattr(bwd_sm90, table).items()})
+    _set_in_every_entry(monkeypatch, bwd_sm90, ("CONFIGS", "CONFIGS_DKDV", "CONFIGS_MLA"), PERSISTENT_CAUSAL=True,
+                        PLACED_SCHEDULE=placed)
     flashattn2.set_backend("gluon")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     cases = [(3, 1100, 1300, 8, 2, head_dim, {"causal": True}), (2, 777, 777, 6, 6, head_dim, {"causal": True}),
