@@ -109,8 +109,9 @@ from .gluon_api import (
 # row sees it whole (causal items past the first block, non-causal ones whose keys fill the tile), through a uniform
 # branch between two compiled versions (sm_90: d128 causal 4,952 -> 5,928 instructions, ~250 fewer run per such
 # tile and warp)
-# IDLE_SKIP (off where left out; measuring): a consumer whose 64 rows all lie past the sequence's end walks the key
-# tiles' barriers without its matmuls (three consumers' 192-row items waste 1/9 of the work at 512 rows, 1/18 at 1k)
+# IDLE_SKIP (off where left out): a consumer whose 64 rows all lie past the sequence's end walks the key tiles'
+# barriers without its matmuls (three consumers' 192-row items waste 1/9 of the work at 512 rows, 1/18 at 1k).
+# Measured (H200, 2026-11-28, results/2026-11-28_s27_ab/02): d64 non-causal 512 -10%, 1k / 2k level, 900 rows level
 # WIDE (off where left out): the two consumer warpgroups as one 8-warp partition running one code copy
 # (128-row wgmmas; the two warpgroups meet at a named barrier before each release, whose one arrival would otherwise
 # speak for the arriving warpgroup only). ncu at 512: d64 causal's warps waited on instruction fetch in 24% of the
