@@ -193,14 +193,16 @@ CONFIGS_MLA_CAUSAL = {(192, 128): dict(PERSISTENT_CAUSAL=True)}
 # 2026-11-25, with FREE_REGS, TFLOP/s against Triton's: 512 350 / 334, 1k 395-402 / 371, 2k 460 / 396, 4k 465 /
 # 409, 16k 490 / 431; shorter calls not measured), and dense causal calls from AUTO_D64_CAUSAL_MIN_ROWS (2026-11-25,
 # two Q stages: 8k 418 against 410, 16k 454 against 430; 4k level). With P packed by cvt.rn.bf16x2 (2026-11-28,
-# H200, one process): 1k 285 against 312, 2k 371 / 368 and 364 / 350 (two runs), 4k 406 / 388, 8k 431 / 418
+# H200, one process): 1k 285 against 312, 2k 371 / 368 and 364 / 350 (two runs), 4k 406 / 388, 8k 431 / 418. With
+# FIRST_FULL from 1k rows (2026-11-28, H200, two runs of five rounds, results/2026-11-28_s27_ab/08): 1k 313 / 314
+# against 311 / 304, 1.5k 356 / 354 against 341 / 337; 768 rows 241 against 279 (Triton stays below 1k)
 AUTO_HEAD_DIMS = (128, 256)
 # MLA's 192/128 (CONFIGS_MLA): 1.04 / 1.10 / 1.11 / 1.30x cuDNN causal at 2k / 4k / 8k / 16k, where the Triton forward
 # ran 0.57-0.72x (bf16, H100, 2026-11-25)
 AUTO_MLA_QUERY_DIMS = (192,)
 AUTO_HEAD_DIMS_FP8 = (64, 128, 256)
 AUTO_D64_MIN_ROWS = 512
-AUTO_D64_CAUSAL_MIN_ROWS = 2048
+AUTO_D64_CAUSAL_MIN_ROWS = 1024
 # FP8 causal calls with fewer query rows than this (per head dim) ran faster on the Triton FP8 kernel: their
 # work items hold few key tiles, so this kernel's pipeline fill and drain show (H100, NOTES.md). With the scheduled
 # grid (2026-11-24) d64 overtook it from 4k (410 against 384); with two Q stages (2026-11-25) d64 at 2k is level
