@@ -14,10 +14,10 @@ forward and backward, causal, 16 heads, 16k tokens (the backward's dQ bulk reduc
 (--latent-tuning P_APART=1 profiles a LATENT_TUNING variant, e.g. one a tried diff adds.)
 
 --case mla2k: the MLA backward at 2k (8 x 2048, causal), where it trails cuDNN most. --case d64c: the d64 causal
-forward at 512 (32 x 512, 16 heads), Gluon then the Triton forward, the cell where Gluon trails Triton most:
+forward at 512 (32 x 512, 32 heads), Gluon, the Triton forward (what auto runs there), then cuDNN's:
 
-    ncu --section SpeedOfLight --section WarpStateStats --section LaunchStats -k regex:'attention' \\
-        python scripts/profile_gluon.py --case d64c
+    ncu --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \\
+        -k regex:'attention|cudnn|fmha|sdpa' python scripts/profile_gluon.py --case d64c
 
 --case d128c: the d128 causal forward at 512 (32 x 512, 16 heads) on the Gluon forward, the d128 cell furthest
 below cuDNN; --fwd-tuning KEY=V+... over CONFIGS[128] (a prepared key such as ITEM_OVERLAP=1, once applied)."""
@@ -85,11 +85,18 @@ def d128c(tuning: str = "") -> None:
 
 
 def d64c() -> None:
-    q, k, v = (torch.randn(32, 512, 16, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    # the package bench's shape (16k tokens, hidden 2048: 32 heads of 64)
+    q, k, v = (torch.randn(32, 512, 32, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     for backend in ("gluon", "triton"):
         flashattn2.set_backend(backend)
         for _ in range(2):
             flash_attn_func(q, k, v, causal=True)
+    qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):  # the peer, on its own (batch, heads, seqlen, dim) layout
+        for _ in range(2):
+            torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
     torch.cuda.synchronize()
 
 
