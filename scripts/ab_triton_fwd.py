@@ -31,7 +31,9 @@ def main() -> None:
     ap.add_argument("--hdim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--seqlens", type=int, nargs="+", default=[2048, 4096])
-    ap.add_argument("--configs", required=True, help="'M,N,W,S[,1];...' (BLOCK_M, BLOCK_N, warps, stages, TMA)")
+    ap.add_argument("--configs", required=True,
+                    help="'M,N,W,S[,TMA[,ONE_LOOP]];...' (BLOCK_M, BLOCK_N, warps, stages, then 0/1: tensor "
+                    "descriptors, FwdConfig.one_loop)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -43,7 +45,8 @@ def main() -> None:
         ref = _sdpa(q, k, v, args.causal).float()
         fns = {}
         for cfg in cands:
-            name = ",".join(str(int(x)) for x in dataclasses.astuple(cfg)[:4]) + (",tma" if cfg.use_tma else "")
+            name = (",".join(str(int(x)) for x in dataclasses.astuple(cfg)[:4]) + (",tma" if cfg.use_tma else "")
+                    + (",one-loop" if cfg.one_loop else ""))
             fns[name] = functools.partial(attention_forward, q, k, v, opts, config=cfg)
             err = (fns[name]()[0].float() - ref).abs().max().item()
             assert err < 3e-2, (name, err)  # NaN fails too

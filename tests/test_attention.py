@@ -60,6 +60,31 @@ def test_attention_matches_reference(dtype, head_dim, causal, seqlens, heads, de
     run_and_check(1, *seqlens, *heads, head_dim, dtype, causal, deterministic)
 
 
+@pytest.mark.parametrize("causal,seqlens,heads,head_dim",
+                         [(True, (113, 203), (4, 2), 64), (True, (203, 113), (2, 2), 64),
+                          (False, (113, 203), (2, 1), 64), (True, (LONG, LONG), (2, 2), 128),
+                          (True, (1, 17), (3, 1), 64), (True, (17, 1), (2, 2), 32)])
+def test_forward_in_one_key_loop(monkeypatch, causal, seqlens, heads, head_dim):
+    # FwdConfig.one_loop: the Triton forward's key tiles as one loop, the diagonal and the keys' end masked by a
+    # branch (a cut last tile, seqlen_q above and below seqlen_k, one query row, one key, GQA); the backward checks
+    # its lse too. On the Triton backend: the Gluon forward has its own loops
+    import dataclasses
+
+    import flashattn2
+    from flashattn2.kernels.portable import forward
+
+    pick = forward.fwd_config
+    monkeypatch.setattr(forward, "fwd_config", lambda *a, **kw: dataclasses.replace(pick(*a, **kw), one_loop=True))
+    monkeypatch.setattr(forward, "_plans", forward.PlanCache())  # no plan made with the default config
+    backend = flashattn2.get_backend()
+    flashattn2.set_backend("triton")
+    try:
+        torch.manual_seed(zlib.crc32(repr((causal, seqlens, heads)).encode()))
+        run_and_check(2, *seqlens, *heads, head_dim, torch.bfloat16, causal)
+    finally:
+        flashattn2.set_backend(backend)
+
+
 @pytest.mark.parametrize("head_dim", [1, 8, 80, 111, 160, 192])
 def test_odd_head_dims(head_dim):
     torch.manual_seed(head_dim)

@@ -21,6 +21,9 @@ class FwdConfig:
     num_stages: int
     # stream K and V through tensor descriptors where the inputs allow (dense, 16-byte aligned)
     use_tma: bool = False
+    # calls without a left window edge: the key tiles as one loop, the diagonal and the keys' end masked by a branch,
+    # so that the key pipeline fills once an item instead of once for the unmasked tiles and once for the masked
+    one_loop: bool = False
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,43 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
     return acc, m_i, l_i
 
 
+@triton.jit
+def _attend_kv_tiles_one_loop(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d,
+                              n_lo, mask_from, n_hi, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+                              softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
+                              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                              HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+                              HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
+                              P_SHIFT: tl.constexpr, V_T: tl.constexpr, stride_vd, offs_dv, DV: tl.constexpr,
+                              BDV: tl.constexpr):
+    """_attend_kv_tiles over [n_lo, n_hi) as one loop (no left window edge): the tiles from mask_from on (the
+    diagonal, the keys' end) take the mask through a branch the whole program takes alike, so the key pipeline
+    fills once an item instead of once a loop (ONE_LOOP)."""
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(n_lo, n_hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k = load_tile(k_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_kn, offs_d, HEAD_DIM, BLOCK_D,
+                      BLOCK_N, True, USE_TMA)
+        qk, softmax_scale_log2, _tanh = masked_scores(
+            q, k, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
+            softcap_in2, softcap_out, alibi_slope, False, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, INTERPRET)
+        if start_n >= mask_from:
+            visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left, window_right,
+                                 False, HAS_RIGHT)
+            qk = tl.where(visible, qk, float("-inf"))
+        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, softmax_scale_log2, True, P_SHIFT)
+        if V_T:
+            v = load_rows(v_src + offs_n[:, None] + offs_dv[None, :] * stride_vd, offs_n, seqlen_k, offs_dv, DV,
+                          BDV, True)
+        else:
+            v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_dv, DV, BDV,
+                          BLOCK_N, True, USE_TMA)
+        if HAS_DROPOUT:
+            p = tl.where(dropout_keep(seed, offs_m[:, None], offs_n[None, :], head_idx, dropout_p), p, 0.0)
+        acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
+    return acc, m_i, l_i
+
+
 @triton.jit(do_not_specialize=ROW_COUNTS)
 def attention_fwd_kernel(
     Q, K, V, Out, Lse, CuSeqlensQ, CuSeqlensK, AlibiSlopes, Seed, QDescale, KDescale, VDescale, Sink,
@@ -64,7 +101,7 @@ def attention_fwd_kernel(
     HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, IS_VARLEN: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
     LONG_ROWS: tl.constexpr = False, IS_FP8: tl.constexpr = False, V_T: tl.constexpr = False, stride_vd=1,
-    HEAD_DIM_V: tl.constexpr = 0, BLOCK_DV: tl.constexpr = 0,
+    HEAD_DIM_V: tl.constexpr = 0, BLOCK_DV: tl.constexpr = 0, ONE_LOOP: tl.constexpr = False,
 ):
     """Out = softmax(scores) V and Lse = logsumexp(scores) (natural log), scores = Q K^T * scale with
     the optional softcap, ALiBi bias and window mask; dropout on the probabilities that reach V.
@@ -80,6 +117,7 @@ def attention_fwd_kernel(
     GQA: query head h reads key head h // group. With USE_TMA, K and V are row_tiles descriptors.
     stride_q, _k, _v, _o: (batch, row, head) strides (params.row_strides); stride_lse: (batch, head).
     HEAD_DIM_V / BLOCK_DV: V's and Out's head dim where it differs from Q's and K's (MLA; 0: the same).
+    ONE_LOOP (without a left window edge): the key tiles as one loop, the masked ones by a branch.
     """
     DV: tl.constexpr = HEAD_DIM_V if HEAD_DIM_V > 0 else HEAD_DIM
     BDV: tl.constexpr = BLOCK_DV if BLOCK_DV > 0 else BLOCK_D
@@ -134,8 +172,14 @@ def attention_fwd_kernel(
     # whole (no mask arithmetic at all), tiles crossed by the diagonal (the window's right edge) or by the end
     # of the keys (masked)
     bounds = (n_lo, n_full_lo, n_full_hi, n_hi)
+    if ONE_LOOP and not HAS_LEFT:
+        acc, m_i, l_i = _attend_kv_tiles_one_loop(
+            acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_hi,
+            n_hi, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
+            seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
+            USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd, offs_dv, DV, BDV)
     for r in tl.static_range(3):
-        if r != 0 or HAS_LEFT:
+        if (r != 0 or HAS_LEFT) and not (ONE_LOOP and not HAS_LEFT):
             acc, m_i, l_i = _attend_kv_tiles(
                 acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, bounds[r],
                 bounds[r + 1], seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
@@ -253,7 +297,7 @@ class ForwardPlan:
             attention_fwd_kernel, (cdiv(seqlen_q, cfg.block_m), batch * nheads, 1), (),
             dict(named, **fp8_v, stride_v=row_strides(v, varlen),
                  stride_o=row_strides(torch.empty(self.out_shape, device="meta"), varlen), BLOCK_M=cfg.block_m,
-                 BLOCK_N=cfg.block_n, USE_TMA=self.tma_block is not None),
+                 BLOCK_N=cfg.block_n, USE_TMA=self.tma_block is not None, ONE_LOOP=cfg.one_loop),
             cfg.num_warps, cfg.num_stages)
         self.dump = None
         if return_probs:
