@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 29 (d64 causal below 1k rows, on the Triton forward: 0.89x cuDNN at 512, H200 2026-11-28): FwdConfig.one_loop
-# (landed off, ef6443e's successor): the key tiles of an item as one loop, the diagonal and the keys' end masked by
+# (landed off in 4178d67): the key tiles of an item as one loop, the diagonal and the keys' end masked by
 # a uniform branch, so that the cp.async pipeline fills once an item instead of once for the unmasked tiles and once
 # for the masked one. sm_90 (triton 3.6, the launch's divisibility marks): (64, 64, 4, 3) 1,448 -> 1,008 SASS
 # instructions, 12 -> 6 cp.async sites, 128 registers both, no spills, 56 KB. An item at 512 rows holds 1-8 key
