@@ -28,64 +28,36 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, s
                      HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                      HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr, MASKED: tl.constexpr,
                      USE_TMA: tl.constexpr, INTERPRET: tl.constexpr, P_SHIFT: tl.constexpr, V_T: tl.constexpr,
-                     stride_vd, offs_dv, DV: tl.constexpr, BDV: tl.constexpr):
+                     stride_vd, offs_dv, DV: tl.constexpr, BDV: tl.constexpr, MASK_FROM: tl.constexpr = False,
+                     mask_from=0):
     """Accumulate key tiles [n_lo, n_hi) into (acc, m_i, l_i); MASKED tiles check bounds and the window. V's
-    head dim is DV (padded BDV; offs_dv), the same as q's and k's but for MLA-style calls."""
+    head dim is DV (padded BDV; offs_dv), the same as q's and k's but for MLA-style calls. MASK_FROM (ONE_LOOP):
+    every tile checks bounds, and those from mask_from on take the window's mask through a branch the whole program
+    takes alike."""
+    CHECKED: tl.constexpr = MASKED or MASK_FROM
     offs_n0 = tl.arange(0, BLOCK_N)
     for start_n in tl.range(n_lo, n_hi, BLOCK_N):
         offs_n = start_n + offs_n0
         k = load_tile(k_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_kn, offs_d, HEAD_DIM, BLOCK_D,
-                      BLOCK_N, MASKED, USE_TMA)
+                      BLOCK_N, CHECKED, USE_TMA)
         qk, softmax_scale_log2, _tanh = masked_scores(
             q, k, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
             softcap_in2, softcap_out, alibi_slope, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, INTERPRET)
-        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, softmax_scale_log2, MASKED, P_SHIFT)
+        if MASK_FROM:
+            if start_n >= mask_from:
+                visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left,
+                                     window_right, HAS_LEFT, HAS_RIGHT)
+                qk = tl.where(visible, qk, float("-inf"))
+        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, softmax_scale_log2, CHECKED, P_SHIFT)
         if V_T:
             # V stored seqlen-contiguous: the tile is K-major for the P V matmul, as FP8 tensor cores need
             v = load_rows(v_src + offs_n[:, None] + offs_dv[None, :] * stride_vd, offs_n, seqlen_k, offs_dv, DV,
-                          BDV, MASKED)
+                          BDV, CHECKED)
         else:
             v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_dv, DV, BDV,
-                          BLOCK_N, MASKED, USE_TMA)
+                          BLOCK_N, CHECKED, USE_TMA)
         if HAS_DROPOUT:
             # the row sum keeps every probability; only the values that reach V are dropped
-            p = tl.where(dropout_keep(seed, offs_m[:, None], offs_n[None, :], head_idx, dropout_p), p, 0.0)
-        acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
-    return acc, m_i, l_i
-
-
-@triton.jit
-def _attend_kv_tiles_one_loop(acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d,
-                              n_lo, mask_from, n_hi, seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-                              softcap_in2, softcap_out, alibi_slope, seed, head_idx, dropout_p,
-                              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                              HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-                              HAS_DROPOUT: tl.constexpr, USE_TMA: tl.constexpr, INTERPRET: tl.constexpr,
-                              P_SHIFT: tl.constexpr, V_T: tl.constexpr, stride_vd, offs_dv, DV: tl.constexpr,
-                              BDV: tl.constexpr):
-    """_attend_kv_tiles over [n_lo, n_hi) as one loop (no left window edge): the tiles from mask_from on (the
-    diagonal, the keys' end) take the mask through a branch the whole program takes alike, so the key pipeline
-    fills once an item instead of once a loop (ONE_LOOP)."""
-    offs_n0 = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(n_lo, n_hi, BLOCK_N):
-        offs_n = start_n + offs_n0
-        k = load_tile(k_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_kn, offs_d, HEAD_DIM, BLOCK_D,
-                      BLOCK_N, True, USE_TMA)
-        qk, softmax_scale_log2, _tanh = masked_scores(
-            q, k, offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, qk_scale, window_left, window_right,
-            softcap_in2, softcap_out, alibi_slope, False, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, False, INTERPRET)
-        if start_n >= mask_from:
-            visible = score_mask(offs_m[:, None], offs_n[None, :], seqlen_q, seqlen_k, window_left, window_right,
-                                 False, HAS_RIGHT)
-            qk = tl.where(visible, qk, float("-inf"))
-        p, alpha, m_i, l_i = online_softmax_update(qk, m_i, l_i, softmax_scale_log2, True, P_SHIFT)
-        if V_T:
-            v = load_rows(v_src + offs_n[:, None] + offs_dv[None, :] * stride_vd, offs_n, seqlen_k, offs_dv, DV,
-                          BDV, True)
-        else:
-            v = load_tile(v_src, off_b, off_hk, start_n, offs_n, seqlen_k, stride_vn, offs_dv, DV, BDV,
-                          BLOCK_N, True, USE_TMA)
-        if HAS_DROPOUT:
             p = tl.where(dropout_keep(seed, offs_m[:, None], offs_n[None, :], head_idx, dropout_p), p, 0.0)
         acc = mma(round_to(p, v.dtype, INTERPRET), v, acc * alpha[:, None], INTERPRET)
     return acc, m_i, l_i
@@ -172,14 +144,16 @@ def attention_fwd_kernel(
     # whole (no mask arithmetic at all), tiles crossed by the diagonal (the window's right edge) or by the end
     # of the keys (masked)
     bounds = (n_lo, n_full_lo, n_full_hi, n_hi)
-    if ONE_LOOP and not HAS_LEFT:
-        acc, m_i, l_i = _attend_kv_tiles_one_loop(
-            acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_full_hi,
-            n_hi, seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope,
-            seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT,
-            USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd, offs_dv, DV, BDV)
+    # ONE_LOOP (no left edge): [n_lo, n_hi) as one loop, the tiles from n_full_hi on masked by a branch
+    one_loop: tl.constexpr = ONE_LOOP and not HAS_LEFT
     for r in tl.static_range(3):
-        if (r != 0 or HAS_LEFT) and not (ONE_LOOP and not HAS_LEFT):
+        if one_loop and r == 1:
+            acc, m_i, l_i = _attend_kv_tiles(
+                acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_hi,
+                seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed,
+                pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                HAS_DROPOUT, False, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd, offs_dv, DV, BDV, True, n_full_hi)
+        elif (r != 0 or HAS_LEFT) and not one_loop:
             acc, m_i, l_i = _attend_kv_tiles(
                 acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, bounds[r],
                 bounds[r + 1], seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
