@@ -265,6 +265,8 @@ def test_auto_keeps_short_fp8_causal_calls_on_triton():
     from flashattn2.kernels.sm90.forward import AUTO_FP8_CAUSAL_MIN_ROWS, auto_declines
 
     causal, full = AttnOptions(softmax_scale=1.0, window_right=0), AttnOptions(softmax_scale=1.0)
+    # the measured crossovers (H200, 2026-11-29, against the Triton FP8 kernel's 64-row tiles; NOTES.md)
+    assert AUTO_FP8_CAUSAL_MIN_ROWS == {64: 16384, 128: 1024, 256: 1024}
     for head_dim, rows in AUTO_FP8_CAUSAL_MIN_ROWS.items():
         short = torch.empty(1, max(rows - 1, 1), 1, head_dim, dtype=torch.float8_e4m3fn)
         long = torch.empty(1, max(rows, 1), 1, head_dim, dtype=torch.float8_e4m3fn)
@@ -468,7 +470,7 @@ def test_calls_gluon_cannot_run_fall_back_with_a_reason(gluon_backend):
     assert attention_backend(q8, q8, q8)[0] == "gluon-sm90"
     short = attention_backend(q8, q8, q8, causal=True)
     assert short[0] == "triton" and "FP8 causal with 64 query rows" in short.reason
-    long8 = randn(1, 8192, 1, 64, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+    long8 = randn(1, 16384, 1, 64, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
     assert attention_backend(long8, long8, long8, causal=True)[0] == "gluon-sm90"
     q256 = randn(1, 64, 2, 256, dtype=torch.bfloat16)
     assert attention_backend(q256, q256, q256)[0] == "gluon-sm90"

@@ -278,7 +278,8 @@ def test_one_capability_rule_per_kernel_family(arch, sm90a, tma, hopper, fp8, mo
 
 def test_hopper_forward_tiles_for_short_causal_calls(monkeypatch):
     # the Triton forward's tile table on Hopper: d64 causal calls of at most 4096 query rows take 64-row tiles of 4
-    # warps (measured faster at 512-4k), longer ones and the other head dims keep the table's row
+    # warps walking their key tiles as one loop (measured faster at 512-4k), longer ones and the other head dims keep
+    # the table's row
     from flashattn2.kernels import common
     from flashattn2.kernels.portable import configs
 
@@ -286,13 +287,28 @@ def test_hopper_forward_tiles_for_short_causal_calls(monkeypatch):
     monkeypatch.setattr(configs, "INTERPRET", False)
     cuda = torch.device("cuda", 0)
     long_d64 = configs.fwd_config(64, True, cuda, rows=4097)
-    assert configs.fwd_config(64, True, cuda, rows=512) == configs.FwdConfig(64, 64, 4, 3) != long_d64
-    assert configs.fwd_config(64, True, cuda, rows=4096) == configs.FwdConfig(64, 64, 4, 3)
+    short_d64 = configs.FwdConfig(64, 64, 4, 3, one_loop=True)
+    assert configs.fwd_config(64, True, cuda, rows=512) == short_d64 != long_d64
+    assert configs.fwd_config(64, True, cuda, rows=4096) == short_d64
     assert long_d64 == configs.fwd_config(64, True, cuda) == configs.FwdConfig(128, 64, 8, 3)
-    assert configs.fwd_config(32, True, cuda, rows=512) == configs.FwdConfig(64, 64, 4, 3)
+    assert configs.fwd_config(32, True, cuda, rows=512) == short_d64
     assert configs.fwd_config(128, True, cuda, rows=512) == configs.fwd_config(128, True, cuda)
     assert configs.fwd_config(64, False, cuda, rows=512) == configs.fwd_config(64, False, cuda)
-    assert configs.fwd_config(64, True, cuda, fp8=True, rows=512) == configs.fwd_config(64, True, cuda, fp8=True)
+    # FP8 causal: 64-row tiles as one loop, with 128-key tiles at d64 from 1025 rows; d128 / d256 long calls keep
+    # the table's row (auto runs them on Gluon)
+    fp8 = dict(fp8=True)
+    assert configs.fwd_config(64, True, cuda, rows=1024, **fp8) == configs.FwdConfig(64, 64, 4, 3, one_loop=True)
+    assert configs.fwd_config(64, True, cuda, rows=1025, **fp8) == configs.FwdConfig(64, 128, 4, 3, one_loop=True)
+    assert configs.fwd_config(64, True, cuda, **fp8) == configs.FwdConfig(64, 128, 4, 3, one_loop=True)
+    assert configs.fwd_config(128, True, cuda, rows=2048, **fp8) == configs.FwdConfig(64, 64, 4, 3, one_loop=True)
+    assert configs.fwd_config(128, True, cuda, rows=2049, **fp8) == configs.FwdConfig(128, 128, 8, 3)
+    assert configs.fwd_config(256, True, cuda, rows=1024, **fp8) == configs.FwdConfig(64, 64, 4, 2, one_loop=True)
+    assert configs.fwd_config(256, True, cuda, rows=1025, **fp8) == configs.FwdConfig(128, 64, 8, 2)
+    assert configs.fwd_config(128, False, cuda, rows=512, **fp8) == configs.FwdConfig(128, 128, 8, 3)
+    # one key loop where it measured faster: d64 FP8 causal, d256 causal; not d128 causal nor long d64 causal
+    assert configs.fwd_config(256, True, cuda).one_loop
+    assert not (configs.fwd_config(128, True, cuda).one_loop or long_d64.one_loop)
+    assert not any(configs.fwd_config(d, False, cuda).one_loop for d in (64, 128, 256))
 
 
 def test_launch_leaves_out_options_a_kernel_lacks_and_names_unknown_arguments():

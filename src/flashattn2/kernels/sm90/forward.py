@@ -208,8 +208,11 @@ AUTO_D64_CAUSAL_MIN_ROWS = 1024
 # grid (2026-11-24) d64 overtook it from 4k (410 against 384); with two Q stages (2026-11-25) d64 at 2k is level
 # (318 against 314), d128 at 1k ahead (350 against 339), at 512 not (206 against 216). With V_TRANSPOSE (2026-11-28,
 # Gluon / Triton, two runs each): d64 512 / 1k / 2k 0.96 / 0.94 / 1.00 (H100), 0.92 / 0.93 / 1.02 (H200), 4k 1.13 and
-# 1.15; d128 1.10-1.23 from 256 rows (H100), 1.11-1.13 at 512-1k (H200). d64 at 256 read 1.11 (H100): not kept here
-AUTO_FP8_CAUSAL_MIN_ROWS = {64: 2048, 128: 0, 256: 0}
+# 1.15; d128 1.10-1.23 from 256 rows (H100), 1.11-1.13 at 512-1k (H200). d64 at 256 read 1.11 (H100): not kept here.
+# Against the Triton FP8 kernel's 64-row tiles as one loop (2026-11-29, H200, ms Triton / Gluon): d64 2k 0.341 /
+# 0.470, 4k 0.589 / 0.722, 8k 1.093 / 1.186; d128 512 0.115 / 0.121, 1k 0.161 / 0.162, 2k 0.255 / 0.240; d256 512
+# 0.116 / 0.123, 1k 0.160 / 0.157
+AUTO_FP8_CAUSAL_MIN_ROWS = {64: 16384, 128: 1024, 256: 1024}
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
