@@ -10,11 +10,11 @@ kernels (FlashAttention-4's `can_implement` pattern).
 
 FLASHATTN2_BACKEND (read at import; set_backend() changes it) picks: "auto" (the default: Gluon
 where it can run the call and was measured faster: the forward at head dims 128/256 without softcap and at 64
-for dense calls from 512 query rows (2048 causal), MLA's 192/128, FP8
-at head dims 64/128/256 without softcap, the backward at head dims 64, 128 and 256 and MLA's 192/128 but
-deterministic calls below 256 and causal calls under 1024 query rows at 64 and 128, and flash_attn_with_kvcache
-over MLA's latent cache), "gluon" (Gluon
-wherever it can run the call) or "triton" (never Gluon: the way out for a user who hits a problem
+for dense calls from 512 query rows (1024 causal), MLA's 192/128, FP8 at head dims 64/128/256 without softcap
+but causal calls under 16k query rows at 64 and 1k at 128/256, the backward at head dims 64, 128 and 256 and
+MLA's 192/128 but deterministic calls below 256 and causal calls under 1024 query rows at 64 and 128, and
+flash_attn_with_kvcache over MLA's latent cache), "gluon" (Gluon wherever it can run the call) or "triton"
+(never Gluon: the way out for a user who hits a problem
 in the Gluon kernels). Calls that Gluon cannot run always take
 the Triton kernels; forward_backend() says which a call takes and why. Both forwards write the same
 outputs and LSE (natural log, +inf for rows with no key), so either backward can follow either.
