@@ -84,8 +84,9 @@ def resources(fn, constexprs: dict, num_warps: int, num_stages: int, descriptors
         usage = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
         sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
     m = re.search(r"REG:(\d+).*?STACK:(\d+)", usage, re.S)
+    # QGMMA: FP8 wgmma
     return (f"regs {m.group(1):>3}  stack {m.group(2):>4}  HGMMA {sass.count('HGMMA'):>3}  "
-            f"LDGSTS {sass.count('LDGSTS'):>3}  shared {kernel.metadata.shared}")
+            f"QGMMA {sass.count('QGMMA'):>3}  LDGSTS {sass.count('LDGSTS'):>3}  shared {kernel.metadata.shared}")
 
 
 def main() -> None:
