@@ -15,6 +15,8 @@ set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 L=$OUT/log.txt
 python3 -c 'import torch, triton; print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)' | tee $L
+# first the FP8 GPU case added after the session's last device call (d64 causal 1,500 rows: the (64, 128) tiles)
+timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_fp8.py -k "1500" 2>&1 | tail -n 2 | tee -a $L
 AB="timeout 120 python3 scripts/ab_triton_fwd.py --rounds 5"
 echo "== 1 d64 causal, descriptors" | tee -a $L
 $AB --causal --hdim 64 --seqlens 512 768 1024 --configs "64,64,4,3,0,1;64,64,4,3,1,1" --out $OUT/ab1.json 2>&1 | grep -v Warn | tee -a $L
