@@ -39,10 +39,12 @@ def v_keys_last_kernel(V, Out, seqlen, keys, stride_vb, stride_vs, stride_vh, st
     tl.store(dst, tl.trans(tile), mask=(offs_d[:, None] < HEAD_DIM) & (offs_k[None, :] < keys))
 
 
-def v_keys_last(v: torch.Tensor, multiple: int = 16, relabel: bool = False) -> torch.Tensor:
+def v_keys_last(v: torch.Tensor, multiple: int = 16, relabel: bool = False, *, block_k: int = 128,
+                num_warps: int = 4) -> torch.Tensor:
     """Dense v (batch, seqlen, heads, head_dim) as a new (batch, heads, head_dim, keys) tensor, or packed v
     (total, heads, head_dim) as (heads, head_dim, keys), keys = the length rounded up to `multiple` (zeros
-    past it). relabel: keys relabelled within each 64 (RELABEL_KEYS; `multiple` a multiple of 64)."""
+    past it). relabel: keys relabelled within each 64 (RELABEL_KEYS; `multiple` a multiple of 64). block_k,
+    num_warps: the copy's tile of keys and its warps (scripts/sweep_v_copy.py)."""
     if relabel and multiple % RELABEL_KEYS:
         raise ValueError(f"relabelled keys come in groups of {RELABEL_KEYS}: multiple={multiple}")
     dense = v.dim() == 4
@@ -52,10 +54,9 @@ def v_keys_last(v: torch.Tensor, multiple: int = 16, relabel: bool = False) -> t
     if out.numel():
         src = v.view(torch.uint8)  # the copy moves bytes; the interpreter has no fp8 loads
         stride_vb, stride_vs, stride_vh, stride_vd = src.stride() if dense else (0, *src.stride())
-        block_k = 128
         v_keys_last_kernel[(cdiv(keys, block_k), heads, batch)](
             src, out, seqlen, keys, stride_vb, stride_vs, stride_vh, stride_vd, HEAD_DIM=head_dim, BLOCK_K=block_k,
-            BLOCK_D=padded_head_dim(head_dim), RELABEL=relabel, num_warps=4)
+            BLOCK_D=padded_head_dim(head_dim), RELABEL=relabel, num_warps=num_warps)
     out = out.view(v.dtype)
     return out if dense else out[0]
 
