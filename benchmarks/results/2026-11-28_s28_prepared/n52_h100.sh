@@ -9,7 +9,8 @@ set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 L=$OUT/log.txt
 python3 -c 'import torch, triton; print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)' | tee $L
-AB="timeout 150 python3 scripts/ab_triton_fwd.py --causal --fp8 --rounds 4"
+# the package column forced to Gluon: the Triton tiles against the Gluon FP8 forward on both sides of each crossover
+AB="env FLASHATTN2_BACKEND=gluon timeout 150 python3 scripts/ab_triton_fwd.py --causal --fp8 --rounds 4"
 $AB --hdim 64 --seqlens 2048 8192 16384 --configs "64,128,4,3,0,1" --out $OUT/ab_fp8_d64.json 2>&1 | grep -v Warn | tee -a $L
 $AB --hdim 128 --seqlens 512 1024 2048 --configs "64,64,4,3,0,1" --out $OUT/ab_fp8_d128.json 2>&1 | grep -v Warn | tee -a $L
 $AB --hdim 256 --seqlens 512 1024 --configs "64,64,4,2,0,1" --out $OUT/ab_fp8_d256.json 2>&1 | grep -v Warn | tee -a $L
