@@ -33,7 +33,8 @@ PLAIN = dict(HAS_LEFT=False, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False
              INTERPRET=False)
 
 
-def _signature(fn, constexprs: dict, descriptors: dict) -> dict:
+def _signature(fn, constexprs: dict, descriptors: dict, fp8: bool = False) -> dict:
+    """fp8: Q, K and V in e4m3 with fp32 descales (IS_FP8), the rest as for bf16."""
     sig = {}
     for name in fn.arg_names:
         if name in descriptors:
@@ -46,8 +47,10 @@ def _signature(fn, constexprs: dict, descriptors: dict) -> dict:
             sig[name] = ("i32",) * TUPLE_ARGS.get(name, 3)
         elif name.startswith("stride") or name.islower():
             sig[name] = "i32"
+        elif fp8 and name in ("Q", "K", "V"):
+            sig[name] = "*fp8e4nv"
         else:
-            sig[name] = "*fp32" if name in FP32_POINTERS else "*bf16"
+            sig[name] = "*fp32" if name in FP32_POINTERS or (fp8 and name.endswith("Descale")) else "*bf16"
     return sig
 
 
@@ -68,11 +71,13 @@ def launch_attrs(fn, signature: dict) -> dict:
 
 def resources(fn, constexprs: dict, num_warps: int, num_stages: int, descriptors: dict | None = None) -> str:
     """descriptors: argument name -> block shape, for tensors passed as TMA descriptors (USE_TMA)."""
-    constexprs = {**constexprs, **{name: None for name in OPTIONAL_POINTERS if name in fn.arg_names}}
+    fp8 = bool(constexprs.get("IS_FP8"))
+    optional = [n for n in OPTIONAL_POINTERS if n in fn.arg_names and not (fp8 and n.endswith("Descale"))]
+    constexprs = {**constexprs, **{name: None for name in optional}}
     for param in fn.params:  # constexpr defaults (LONG_ROWS, IS_FP8, ...) as a launch leaves them
         if param.is_constexpr and param.name not in constexprs and param.default is not inspect.Parameter.empty:
             constexprs[param.name] = param.default
-    signature = _signature(fn, constexprs, descriptors or {})
+    signature = _signature(fn, constexprs, descriptors or {}, fp8)
     src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()},
                     attrs=launch_attrs(fn, signature))
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -90,12 +95,20 @@ def resources(fn, constexprs: dict, num_warps: int, num_stages: int, descriptors
 
 
 def main() -> None:
-    # (head dim, causal, (BLOCK_M, BLOCK_N, warps, stages))
-    for hd, causal, (bm, bn, w, s) in [(64, False, (64, 64, 4, 3)), (64, True, (128, 64, 8, 3)),
-                                       (64, True, (64, 64, 4, 3)), (128, False, (64, 64, 4, 3)),
-                                       (256, False, (128, 64, 8, 2))]:
-        flags = dict(PLAIN, HAS_RIGHT=causal, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn)
-        print(f"fwd  d={hd:<3} causal={int(causal)} {(bm, bn, w, s)}: {resources(attention_fwd_kernel, flags, w, s)}")
+    # (head dim, causal, (BLOCK_M, BLOCK_N, warps, stages), one key loop): the Hopper rows of configs.py
+    for hd, causal, (bm, bn, w, s), one_loop in [(64, False, (64, 64, 4, 3), False), (64, True, (128, 64, 8, 3), False),
+                                                 (64, True, (64, 64, 4, 3), True), (128, False, (64, 64, 4, 3), False),
+                                                 (256, False, (128, 64, 8, 2), False),
+                                                 (256, True, (128, 64, 8, 2), True)]:
+        flags = dict(PLAIN, HAS_RIGHT=causal, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, ONE_LOOP=one_loop)
+        print(f"fwd  d={hd:<3} causal={int(causal)} {(bm, bn, w, s)} one_loop={int(one_loop)}: "
+              f"{resources(attention_fwd_kernel, flags, w, s)}")
+    # FP8 causal rows (V keys-last, one key loop), as configs.py has them since 2026-11-29
+    fp8_rows = [(64, (64, 64, 4, 3)), (64, (64, 128, 4, 3)), (128, (64, 64, 4, 3)), (256, (64, 64, 4, 2))]
+    for hd, (bm, bn, w, s) in fp8_rows:
+        flags = dict(PLAIN, HAS_RIGHT=True, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, IS_FP8=True, V_T=True,
+                     ONE_LOOP=True)
+        print(f"fp8  d={hd:<3} causal=1 {(bm, bn, w, s)}: {resources(attention_fwd_kernel, flags, w, s)}")
     for hd, (bm, bn, w, s) in [(64, (32, 128, 4, 3)), (64, (32, 128, 8, 2)), (64, (64, 64, 8, 2)),
                                (128, (64, 64, 4, 2)), (128, (64, 128, 8, 2)), (128, (32, 64, 4, 2))]:
         flags = dict(PLAIN, HAS_RIGHT=False, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, ATOMIC_DQ=False,
