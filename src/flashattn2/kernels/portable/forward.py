@@ -147,18 +147,13 @@ def attention_fwd_kernel(
     # ONE_LOOP (no left edge): [n_lo, n_hi) as one loop, the tiles from n_full_hi on masked by a branch
     one_loop: tl.constexpr = ONE_LOOP and not HAS_LEFT
     for r in tl.static_range(3):
-        if one_loop and r == 1:
+        if (r == 1) if one_loop else (r != 0 or HAS_LEFT):
             acc, m_i, l_i = _attend_kv_tiles(
-                acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, n_lo, n_hi,
-                seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed,
-                pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                HAS_DROPOUT, False, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd, offs_dv, DV, BDV, True, n_full_hi)
-        elif (r != 0 or HAS_LEFT) and not one_loop:
-            acc, m_i, l_i = _attend_kv_tiles(
-                acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d, bounds[r],
-                bounds[r + 1], seqlen_q, seqlen_k, qk_scale, window_left, window_right, softcap_in2, softcap_out,
-                alibi_slope, seed, pid_bh, dropout_p, HEAD_DIM, BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                HAS_ALIBI, HAS_DROPOUT, r != 1, USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd, offs_dv, DV, BDV)
+                acc, m_i, l_i, q, k_src, v_src, off_b, off_hk, stride_kn, stride_vn, offs_m, offs_d,
+                n_lo if one_loop else bounds[r], n_hi if one_loop else bounds[r + 1], seqlen_q, seqlen_k, qk_scale,
+                window_left, window_right, softcap_in2, softcap_out, alibi_slope, seed, pid_bh, dropout_p, HEAD_DIM,
+                BLOCK_D, BLOCK_N, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, r != 1 and not one_loop,
+                USE_TMA, INTERPRET, P_SHIFT, V_T, stride_vd, offs_dv, DV, BDV, one_loop, n_full_hi)
 
     out, lse = finalize(acc, m_i, l_i, P_SHIFT, Sink, off_h)
     if HAS_DROPOUT:
