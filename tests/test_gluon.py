@@ -259,19 +259,26 @@ def test_backend_choice_off_hopper_and_override():
     assert backends.get_backend() == os.environ.get("FLASHATTN2_BACKEND", "auto")
 
 
-def test_auto_keeps_short_fp8_causal_calls_on_triton():
-    # host-side rule, so it runs anywhere: Gluon for FP8 unless causal and shorter than the measured crossover
+def test_auto_keeps_short_fp8_calls_on_triton():
+    # host-side rule, so it runs anywhere: Gluon for FP8 unless dense (causal or not) and shorter than the measured
+    # crossover; other windows keep Gluon
     from flashattn2.kernels.params import AttnOptions
-    from flashattn2.kernels.sm90.forward import AUTO_FP8_CAUSAL_MIN_ROWS, auto_declines
+    from flashattn2.kernels.sm90.forward import AUTO_FP8_MIN_ROWS, auto_declines
 
-    causal, full = AttnOptions(softmax_scale=1.0, window_right=0), AttnOptions(softmax_scale=1.0)
+    masks = {"causal": AttnOptions(softmax_scale=1.0, window_right=0),
+             "non-causal": AttnOptions(softmax_scale=1.0)}
+    window = AttnOptions(softmax_scale=1.0, window_left=64, window_right=0)
     # the measured crossovers (H200, 2026-11-29, against the Triton FP8 kernel's 64-row tiles; NOTES.md)
-    assert AUTO_FP8_CAUSAL_MIN_ROWS == {64: 16384, 128: 1024, 256: 1024}
-    for head_dim, rows in AUTO_FP8_CAUSAL_MIN_ROWS.items():
-        short = torch.empty(1, max(rows - 1, 1), 1, head_dim, dtype=torch.float8_e4m3fn)
-        long = torch.empty(1, max(rows, 1), 1, head_dim, dtype=torch.float8_e4m3fn)
-        assert auto_declines(long, causal) is None and auto_declines(short, full) is None
-        assert (auto_declines(short, causal) is None) == (rows <= 1)
+    assert AUTO_FP8_MIN_ROWS == {"causal": {64: 16384, 128: 1024, 256: 1024},
+                                 "non-causal": {64: 8192, 128: 768, 256: 0}}
+    for mask, opts in masks.items():
+        for head_dim, rows in AUTO_FP8_MIN_ROWS[mask].items():
+            short = torch.empty(1, max(rows - 1, 1), 1, head_dim, dtype=torch.float8_e4m3fn)
+            long = torch.empty(1, max(rows, 1), 1, head_dim, dtype=torch.float8_e4m3fn)
+            assert auto_declines(long, opts) is None and auto_declines(short, window) is None
+            reason = auto_declines(short, opts)
+            assert (reason is None) == (rows <= 1)
+            assert rows <= 1 or reason.startswith(f"FP8 {mask} with {short.shape[1]} query rows")
 
 
 def test_auto_and_default_tiles_per_head_dim():
@@ -466,8 +473,9 @@ def test_calls_gluon_cannot_run_fall_back_with_a_reason(gluon_backend):
     assert attention_backend(q8, q8, q8, causal=True)[0] == "gluon-sm90"
     flashattn2.set_backend("auto")
     assert attention_backend(q64, q64, q64)[0] == "triton"
-    # FP8: Gluon at head dim 64 except short causal calls (fwd_sm90.AUTO_FP8_CAUSAL_MIN_ROWS)
-    assert attention_backend(q8, q8, q8)[0] == "gluon-sm90"
+    # FP8: Gluon at head dim 64 except short dense calls (fwd_sm90.AUTO_FP8_MIN_ROWS)
+    assert attention_backend(q8, q8, q8, window_size=(64, 0))[0] == "gluon-sm90"
+    assert "FP8 non-causal with 64 query rows" in attention_backend(q8, q8, q8).reason
     short = attention_backend(q8, q8, q8, causal=True)
     assert short[0] == "triton" and "FP8 causal with 64 query rows" in short.reason
     long8 = randn(1, 16384, 1, 64, dtype=torch.bfloat16).to(torch.float8_e4m3fn)

@@ -276,7 +276,7 @@ def test_one_capability_rule_per_kernel_family(arch, sm90a, tma, hopper, fp8, mo
     assert not (common.runs_sm90a(cpu) or common.has_tma(cpu) or common.is_hopper_family(torch.device("cpu")))
 
 
-def test_hopper_forward_tiles_for_short_causal_calls(monkeypatch):
+def test_hopper_forward_tiles_for_short_calls(monkeypatch):
     # the Triton forward's tile table on Hopper: d64 causal calls of at most 4096 query rows take 64-row tiles of 4
     # warps walking their key tiles as one loop (measured faster at 512-4k), longer ones and the other head dims keep
     # the table's row
@@ -304,7 +304,14 @@ def test_hopper_forward_tiles_for_short_causal_calls(monkeypatch):
     assert configs.fwd_config(128, True, cuda, rows=2049, **fp8) == configs.FwdConfig(128, 128, 8, 3)
     assert configs.fwd_config(256, True, cuda, rows=1024, **fp8) == configs.FwdConfig(64, 64, 4, 2, one_loop=True)
     assert configs.fwd_config(256, True, cuda, rows=1025, **fp8) == configs.FwdConfig(128, 64, 8, 2)
-    assert configs.fwd_config(128, False, cuda, rows=512, **fp8) == configs.FwdConfig(128, 128, 8, 3)
+    # FP8 non-causal: 64-row tiles (d64 with 128-key tiles from 513 rows, d128 up to 1k rows, d256 up to 2k)
+    assert configs.fwd_config(64, False, cuda, rows=512, **fp8) == configs.FwdConfig(64, 64, 4, 3)
+    assert configs.fwd_config(64, False, cuda, rows=513, **fp8) == configs.FwdConfig(64, 128, 4, 3)
+    assert configs.fwd_config(64, False, cuda, **fp8) == configs.FwdConfig(64, 128, 4, 3)
+    assert configs.fwd_config(128, False, cuda, rows=1024, **fp8) == configs.FwdConfig(64, 64, 4, 3)
+    assert configs.fwd_config(128, False, cuda, rows=1025, **fp8) == configs.FwdConfig(128, 128, 8, 3)
+    assert configs.fwd_config(256, False, cuda, rows=2048, **fp8) == configs.FwdConfig(64, 64, 4, 3)
+    assert configs.fwd_config(256, False, cuda, rows=2049, **fp8) == configs.FwdConfig(128, 64, 8, 2)
     # one key loop where it measured faster: d64 FP8 causal, d256 causal; not d128 causal nor long d64 causal
     assert configs.fwd_config(256, True, cuda).one_loop
     assert not (configs.fwd_config(128, True, cuda).one_loop or long_d64.one_loop)

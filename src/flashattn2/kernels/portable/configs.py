@@ -59,19 +59,26 @@ _HOPPER_FWD: dict[bool, list[tuple[int, FwdConfig]]] = {
 }
 # one_loop (H200, 2026-11-29, five alternating rounds, time over two loops, causal softcap 30): d256 0.967 at 512,
 # 0.966 at 2k; d128 0.951 at 512 but 1.021 at 2k, d64 (128, 64, 8, 3) 1.025 at 8k: those keep two loops
-# Causal calls of at most this many query rows, by max padded head dim: d64's 64-row tiles of 4 warps (H200,
-# 2026-11-28, two sweeps against (128, 64, 8, 3): 512 rows 0.150 / 0.150 against 0.167 / 0.167 ms, 1k 0.223 / 0.225
-# against 0.239 / 0.240; benchmarks/results/2026-11-28_s21_h200_sweep_fwd_*). Interleaved A/Bs
-# (scripts/ab_triton_fwd.py, 2026-11-28_s22_ab/06-09), time over (128, 64, 8, 3): 1k 0.931, 2k 0.971 / 0.937 / 0.960,
-# 4k 0.963 / 0.974 / 0.984. From 8k rows auto runs the Gluon forward (one-shot sweeps read 8k slower). one_loop
-# (H200, 2026-11-29, six alternating rounds, time over two loops): 512 0.926, 768 0.951, 1k 0.956, 2k 0.988
-# FP8 (fp8=True), one loop each, time over (128, 128, 8, 3) (H200, 2026-11-29, five alternating rounds): d64 (64, 64,
+# Calls of at most this many query rows, by (fp8, causal) -> [(max padded head dim, max rows, config)], first fit.
+# bf16 causal: d64's 64-row tiles of 4 warps (H200, 2026-11-28, two sweeps against (128, 64, 8, 3): 512 rows 0.150 /
+# 0.150 against 0.167 / 0.167 ms, 1k 0.223 / 0.225 against 0.239 / 0.240; benchmarks/results/
+# 2026-11-28_s21_h200_sweep_fwd_*). Interleaved A/Bs (scripts/ab_triton_fwd.py, 2026-11-28_s22_ab/06-09), time over
+# (128, 64, 8, 3): 1k 0.931, 2k 0.971 / 0.937 / 0.960, 4k 0.963 / 0.974 / 0.984. From 8k rows auto runs the Gluon
+# forward (one-shot sweeps read 8k slower). one_loop (H200, 2026-11-29, six alternating rounds, time over two
+# loops): 512 0.926, 768 0.951, 1k 0.956, 2k 0.988
+# FP8 causal, one loop each, time over (128, 128, 8, 3) (H200, 2026-11-29, five alternating rounds): d64 (64, 64,
 # 4, 3) 0.696 / 0.755 / 0.795 at 512 / 1k / 1.5k; d128 (64, 64, 4, 3) 0.782 / 0.836 / 0.875 at 512 / 1k / 2k; d256
 # (64, 64, 4, 2) 0.80 / 0.78 at 512 / 1k over (128, 64, 8, 2)
-_HOPPER_FWD_SHORT_CAUSAL: dict[bool, list[tuple[int, int, FwdConfig]]] = {
-    False: [(64, 4096, FwdConfig(64, 64, 4, 3, one_loop=True))],
-    True: [(64, 1024, FwdConfig(64, 64, 4, 3, one_loop=True)), (128, 2048, FwdConfig(64, 64, 4, 3, one_loop=True)),
-           (256, 1024, FwdConfig(64, 64, 4, 2, one_loop=True))],
+# FP8 non-causal (H200, 2026-11-29, five alternating rounds, results/2026-11-29_s29_ab/01-02): d64 (64, 64, 4, 3)
+# 0.97 of (64, 128, 4, 3) at 512, level at 1k; d128 (64, 64, 4, 3) 0.806 / 0.860 of (128, 128, 8, 3) at 512 / 1k;
+# d256 (64, 64, 4, 3) 0.77 / 0.73 / 0.72 of (128, 64, 8, 2) at 512 / 1k / 2k
+_HOPPER_FWD_SHORT: dict[tuple[bool, bool], list[tuple[int, int, FwdConfig]]] = {
+    (False, True): [(64, 4096, FwdConfig(64, 64, 4, 3, one_loop=True))],
+    (True, True): [(64, 1024, FwdConfig(64, 64, 4, 3, one_loop=True)),
+                   (128, 2048, FwdConfig(64, 64, 4, 3, one_loop=True)),
+                   (256, 1024, FwdConfig(64, 64, 4, 2, one_loop=True))],
+    (True, False): [(64, 512, FwdConfig(64, 64, 4, 3)), (128, 1024, FwdConfig(64, 64, 4, 3)),
+                    (256, 2048, FwdConfig(64, 64, 4, 3))],
 }
 # The separate dQ kernel beat fp32 atomics at every head dim (by 7% to 30%; in the second sweep also
 # against bulk reduce-adds through a descriptor), so Hopper uses it by default. Tensor descriptors
@@ -88,9 +95,11 @@ _HOPPER_BWD: dict[bool, list[tuple[int, BwdConfig]]] = {
 }
 # FP8 (e4m3) forward on Hopper: operands half as wide, so longer key tiles fit (benchmarks/bench_fp8.py
 # --sweep picks these). d64 causal: 64-row tiles as one loop, time over (128, 128, 8, 3) as one loop (which itself
-# took 0.936 / 0.957 of two loops at 512 / 1k): 0.80 / 0.82 / 0.83 at 2k / 4k / 8k (H200, 2026-11-29).
+# took 0.936 / 0.957 of two loops at 512 / 1k): 0.80 / 0.82 / 0.83 at 2k / 4k / 8k (H200, 2026-11-29). d64
+# non-causal: (64, 128, 4, 3) 0.75 / 0.79 / 0.80 / 0.82 / 0.83 / 0.83 of (128, 128, 8, 3) at 512-16k (H200,
+# 2026-11-29; one loop 0.99 / 0.98 at 512 / 1k, 1.01-1.04 from 4k).
 _HOPPER_FWD_FP8: dict[bool, list[tuple[int, FwdConfig]]] = {
-    False: [(64, FwdConfig(128, 128, 8, 3)), (128, FwdConfig(128, 128, 8, 3)), (256, FwdConfig(128, 64, 8, 2))],
+    False: [(64, FwdConfig(64, 128, 4, 3)), (128, FwdConfig(128, 128, 8, 3)), (256, FwdConfig(128, 64, 8, 2))],
     True: [(64, FwdConfig(64, 128, 4, 3, one_loop=True)), (128, FwdConfig(128, 128, 8, 3)),
            (256, FwdConfig(128, 64, 8, 2))],
 }
@@ -114,13 +123,13 @@ def _pick(table, block_d: int):
 
 def fwd_config(block_d: int, causal: bool, device: torch.device, fp8: bool = False,
                rows: int | None = None) -> FwdConfig:
-    """rows: the call's (longest) query sequence, which picks the short causal tiles."""
+    """rows: the call's (longest) query sequence, which picks the short-call tiles."""
     if INTERPRET:
         return _INTERPRET_FWD
     if is_hopper_family(device):
-        if causal and rows is not None:
+        if rows is not None:
             # the first row whose head dim bound fits, if the call is short enough for it
-            fit = next((row for row in _HOPPER_FWD_SHORT_CAUSAL[fp8] if block_d <= row[0]), None)
+            fit = next((row for row in _HOPPER_FWD_SHORT.get((fp8, causal), ()) if block_d <= row[0]), None)
             if fit is not None and rows <= fit[1]:
                 return fit[2]
         return _pick((_HOPPER_FWD_FP8 if fp8 else _HOPPER_FWD)[causal], block_d)

@@ -212,7 +212,13 @@ AUTO_D64_CAUSAL_MIN_ROWS = 1024
 # Against the Triton FP8 kernel's 64-row tiles as one loop (2026-11-29, H200, ms Triton / Gluon): d64 2k 0.341 /
 # 0.470, 4k 0.589 / 0.722, 8k 1.093 / 1.186; d128 512 0.115 / 0.121, 1k 0.161 / 0.162, 2k 0.255 / 0.240; d256 512
 # 0.116 / 0.123, 1k 0.160 / 0.157
-AUTO_FP8_CAUSAL_MIN_ROWS = {64: 16384, 128: 1024, 256: 1024}
+# FP8 non-causal, against the Triton FP8 kernel's 64-row tiles (2026-11-29, H200, five alternating rounds, ms Triton /
+# Gluon, results/2026-11-29_s29_ab/01-02): d64 512 0.189 / 0.213, 1k 0.306 / 0.376, 2k 0.552 / 0.616, 4k 1.033 /
+# 1.081, 8k 2.016 / 2.031, 16k 3.953 / 3.953; d128 512 0.149 / 0.156 and 0.150 / 0.179, 768 0.190 / 0.187, 1k 0.238 /
+# 0.222; d256 512 0.142 / 0.137, 1k 0.213 / 0.200 (Gluon throughout)
+# by mask, then head dim: dense FP8 calls with fewer query rows than this run the Triton FP8 kernel (other windows
+# were not measured: Gluon)
+AUTO_FP8_MIN_ROWS = {"causal": {64: 16384, 128: 1024, 256: 1024}, "non-causal": {64: 8192, 128: 768, 256: 0}}
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
@@ -225,8 +231,9 @@ def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
     mla = not fp8 and q.shape[-1] in AUTO_MLA_QUERY_DIMS
     if q.shape[-1] not in (AUTO_HEAD_DIMS_FP8 if fp8 else AUTO_HEAD_DIMS) and not (d64_long or mla):
         return f"head dim {q.shape[-1]}: the Triton forward is as fast"
-    if fp8 and opts.causal and q.dim() == 4 and q.shape[1] < AUTO_FP8_CAUSAL_MIN_ROWS[q.shape[-1]]:
-        return f"FP8 causal with {q.shape[1]} query rows: the Triton FP8 kernel is faster"
+    mask = "causal" if opts.causal else "non-causal" if opts.window_left < 0 and opts.window_right < 0 else None
+    if fp8 and mask and q.dim() == 4 and q.shape[1] < AUTO_FP8_MIN_ROWS[mask][q.shape[-1]]:
+        return f"FP8 {mask} with {q.shape[1]} query rows: the Triton FP8 kernel is faster"
     if opts.softcap > 0.0:
         # its second exp2 and division per score cost this kernel more (0.82-0.87 -> 0.90 ms, NOTES.md)
         return "softcap: the Triton forward is faster"
