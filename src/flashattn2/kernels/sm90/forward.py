@@ -213,12 +213,12 @@ AUTO_D64_CAUSAL_MIN_ROWS = 1024
 # 0.470, 4k 0.589 / 0.722, 8k 1.093 / 1.186; d128 512 0.115 / 0.121, 1k 0.161 / 0.162, 2k 0.255 / 0.240; d256 512
 # 0.116 / 0.123, 1k 0.160 / 0.157
 # FP8 non-causal, against the Triton FP8 kernel's 64-row tiles (2026-11-29, H200, five alternating rounds, ms Triton /
-# Gluon, results/2026-11-29_s29_ab/01-02): d64 512 0.189 / 0.213, 1k 0.306 / 0.376, 2k 0.552 / 0.616, 4k 1.033 /
-# 1.081, 8k 2.016 / 2.031, 16k 3.953 / 3.953; d128 512 0.149 / 0.156 and 0.150 / 0.179, 768 0.190 / 0.187, 1k 0.238 /
-# 0.222; d256 512 0.142 / 0.137, 1k 0.213 / 0.200 (Gluon throughout)
+# Gluon, results/2026-11-29_s29_ab/01-03): d64 512 0.189 / 0.213, 1k 0.306 / 0.376, 2k 0.552 / 0.616, 4k 1.033 /
+# 1.081, 8k 2.016 / 2.031 and 2.001 / 2.054, 16k 3.953 / 3.953; d128 512 level in the FP8 bench (456 / 458 TFLOP/s),
+# 1k 0.238 / 0.222; d256 512 0.142 / 0.137, 1k 0.213 / 0.200
 # by mask, then head dim: dense FP8 calls with fewer query rows than this run the Triton FP8 kernel (other windows
 # were not measured: Gluon)
-AUTO_FP8_MIN_ROWS = {"causal": {64: 16384, 128: 1024, 256: 1024}, "non-causal": {64: 8192, 128: 768, 256: 0}}
+AUTO_FP8_MIN_ROWS = {"causal": {64: 16384, 128: 1024, 256: 1024}, "non-causal": {64: 16384, 128: 0, 256: 0}}
 
 
 def auto_declines(q: torch.Tensor, opts: AttnOptions) -> str | None:
