@@ -103,12 +103,14 @@ def main() -> None:
         flags = dict(PLAIN, HAS_RIGHT=causal, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, ONE_LOOP=one_loop)
         print(f"fwd  d={hd:<3} causal={int(causal)} {(bm, bn, w, s)} one_loop={int(one_loop)}: "
               f"{resources(attention_fwd_kernel, flags, w, s)}")
-    # FP8 causal rows (V keys-last, one key loop), as configs.py has them since 2026-11-29
-    fp8_rows = [(64, (64, 64, 4, 3)), (64, (64, 128, 4, 3)), (128, (64, 64, 4, 3)), (256, (64, 64, 4, 2))]
-    for hd, (bm, bn, w, s) in fp8_rows:
-        flags = dict(PLAIN, HAS_RIGHT=True, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, IS_FP8=True, V_T=True,
-                     ONE_LOOP=True)
-        print(f"fp8  d={hd:<3} causal=1 {(bm, bn, w, s)}: {resources(attention_fwd_kernel, flags, w, s)}")
+    # FP8 rows (V keys-last; causal ones as one key loop), as configs.py has them since 2026-11-29
+    fp8_rows = [(64, True, (64, 64, 4, 3)), (64, True, (64, 128, 4, 3)), (128, True, (64, 64, 4, 3)),
+                (256, True, (64, 64, 4, 2)), (64, False, (64, 64, 4, 3)), (64, False, (64, 128, 4, 3)),
+                (128, False, (64, 64, 4, 3)), (128, False, (64, 128, 4, 3)), (256, False, (64, 64, 4, 3))]
+    for hd, causal, (bm, bn, w, s) in fp8_rows:
+        flags = dict(PLAIN, HAS_RIGHT=causal, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, IS_FP8=True, V_T=True,
+                     ONE_LOOP=causal)
+        print(f"fp8  d={hd:<3} causal={int(causal)} {(bm, bn, w, s)}: {resources(attention_fwd_kernel, flags, w, s)}")
     for hd, (bm, bn, w, s) in [(64, (32, 128, 4, 3)), (64, (32, 128, 8, 2)), (64, (64, 64, 8, 2)),
                                (128, (64, 64, 4, 2)), (128, (64, 128, 8, 2)), (128, (32, 64, 4, 2))]:
         flags = dict(PLAIN, HAS_RIGHT=False, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, ATOMIC_DQ=False,

@@ -304,14 +304,14 @@ def test_hopper_forward_tiles_for_short_calls(monkeypatch):
     assert configs.fwd_config(128, True, cuda, rows=2049, **fp8) == configs.FwdConfig(128, 128, 8, 3)
     assert configs.fwd_config(256, True, cuda, rows=1024, **fp8) == configs.FwdConfig(64, 64, 4, 2, one_loop=True)
     assert configs.fwd_config(256, True, cuda, rows=1025, **fp8) == configs.FwdConfig(128, 64, 8, 2)
-    # FP8 non-causal: 64-row tiles (d64 with 128-key tiles from 513 rows, d128 up to 1k rows, d256 up to 2k)
+    # FP8 non-causal: 64-row tiles, 64 keys up to 512 rows at d64 and 1k at d128, then 128 (d256: 64 throughout)
     assert configs.fwd_config(64, False, cuda, rows=512, **fp8) == configs.FwdConfig(64, 64, 4, 3)
     assert configs.fwd_config(64, False, cuda, rows=513, **fp8) == configs.FwdConfig(64, 128, 4, 3)
     assert configs.fwd_config(64, False, cuda, **fp8) == configs.FwdConfig(64, 128, 4, 3)
     assert configs.fwd_config(128, False, cuda, rows=1024, **fp8) == configs.FwdConfig(64, 64, 4, 3)
-    assert configs.fwd_config(128, False, cuda, rows=1025, **fp8) == configs.FwdConfig(128, 128, 8, 3)
-    assert configs.fwd_config(256, False, cuda, rows=2048, **fp8) == configs.FwdConfig(64, 64, 4, 3)
-    assert configs.fwd_config(256, False, cuda, rows=2049, **fp8) == configs.FwdConfig(128, 64, 8, 2)
+    assert configs.fwd_config(128, False, cuda, rows=1025, **fp8) == configs.FwdConfig(64, 128, 4, 3)
+    assert configs.fwd_config(256, False, cuda, rows=512, **fp8) == configs.FwdConfig(64, 64, 4, 3)
+    assert configs.fwd_config(256, False, cuda, **fp8) == configs.FwdConfig(64, 64, 4, 3)
     # one key loop where it measured faster: d64 FP8 causal, d256 causal; not d128 causal nor long d64 causal
     assert configs.fwd_config(256, True, cuda).one_loop
     assert not (configs.fwd_config(128, True, cuda).one_loop or long_d64.one_loop)
