@@ -20,7 +20,12 @@ forward at 512 (32 x 512, 32 heads), Gluon, the Triton forward (what auto runs t
         -k regex:'attention|cudnn|fmha|sdpa' python scripts/profile_gluon.py --case d64c
 
 --case d128c: the d128 causal forward at 512 (32 x 512, 16 heads) on the Gluon forward, the d128 cell furthest
-below cuDNN; --fwd-tuning KEY=V+... over CONFIGS[128] (a prepared key such as ITEM_OVERLAP=1, once applied)."""
+below cuDNN; --fwd-tuning KEY=V+... over CONFIGS[128] (a prepared key such as ITEM_OVERLAP=1, once applied).
+--case pipes: non-causal forwards whose exp2 count per matmul FLOP is highest (d64 FP8 and bf16 at 4k, what auto
+runs), FP8 d128 at 16k (Gluon), and cuDNN's bf16 d64 at 4k, for the pipes' use (MUFU against the tensor cores):
+
+    ncu --section ComputeWorkloadAnalysis --section InstructionStats --section SpeedOfLight \
+        -k regex:'attention|cudnn|fmha|sdpa' python scripts/profile_gluon.py --case pipes"""
 
 import argparse
 
@@ -100,12 +105,34 @@ def d64c() -> None:
     torch.cuda.synchronize()
 
 
+def pipes() -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from flashattn2 import quantize_fp8
+
+    for head_dim, seqlen, fp8 in ((64, 4096, True), (64, 4096, False), (128, 16384, True)):
+        # 16k tokens, hidden 2048, as the benches
+        q, k, v = (torch.randn(16384 // seqlen, seqlen, 2048 // head_dim, head_dim, device="cuda",
+                               dtype=torch.bfloat16) for _ in range(3))
+        descales = {}
+        if fp8:
+            q, k, v, qd, kd, vd = quantize_fp8(q, k, v)
+            descales = dict(q_descale=qd, k_descale=kd, v_descale=vd)
+        for _ in range(2):
+            flash_attn_func(q, k, v, **descales)
+    qt, kt, vt = (torch.randn(4, 32, 4096, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        for _ in range(2):
+            torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
+    torch.cuda.synchronize()
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python scripts/profile_gluon.py", description=__doc__.split("\n")[0])
     parser.add_argument("--latent-tuning", default="", help="--case latent: LATENT_TUNING keys, KEY=V joined with +")
     parser.add_argument("--fwd-tuning", default="", help="--case d128c: CONFIGS[128] keys, KEY=V joined with +")
-    parser.add_argument("--case", choices=("d128", "mla", "latent", "mla2k", "d64c", "d128c"), default="d128")
+    parser.add_argument("--case", choices=("d128", "mla", "latent", "mla2k", "d64c", "d128c", "pipes"), default="d128")
     args = parser.parse_args()
     cases = {"d128": d128, "mla": mla, "latent": lambda: latent(args.latent_tuning), "mla2k": lambda: mla(8, 2048),
-             "d64c": d64c, "d128c": lambda: d128c(args.fwd_tuning)}
+             "d64c": d64c, "d128c": lambda: d128c(args.fwd_tuning), "pipes": pipes}
     cases[args.case]()

@@ -1,0 +1,67 @@
+"""Is a short forward call bound by its host time? For each case: the GPU time of flash_attn_func (do_bench, as the
+benches) beside the host time of one call (back-to-back calls, no sync between them: how fast Python enqueues),
+under the backend auto picks and forced ones.
+
+    PYTHONPATH=src python scripts/host_vs_gpu.py [--out FILE.json]
+
+16k tokens a batch, hidden 2048, non-causal (the benches' shapes). A call whose host time reaches its GPU time
+leaves the GPU idle between calls in a tight loop (what ab_triton_fwd.py's package column measures).
+"""
+
+import argparse
+import functools
+import json
+import time
+
+import torch
+import triton
+
+import flashattn2
+from flashattn2 import flash_attn_func, quantize_fp8
+
+CASES = [(128, 512, True), (128, 768, True), (64, 512, True), (256, 512, True), (128, 512, False)]
+
+
+def host_us(fn, calls: int = 200) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = time.perf_counter() - start  # enqueue time only: the GPU may still be busy
+    torch.cuda.synchronize()
+    return host / calls * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    rows = []
+    for head_dim, seqlen, fp8 in CASES:
+        q, k, v = (torch.randn(16384 // seqlen, seqlen, 2048 // head_dim, head_dim, device="cuda",
+                               dtype=torch.bfloat16) for _ in range(3))
+        kw = {}
+        if fp8:
+            q, k, v, qd, kd, vd = quantize_fp8(q, k, v)
+            kw = dict(q_descale=qd, k_descale=kd, v_descale=vd)
+        for backend in ("auto", "triton", "gluon"):
+            flashattn2.set_backend(backend)
+            chosen = flashattn2.attention_backend(q, k, v)[0]
+
+            fn = functools.partial(flash_attn_func, q, k, v, **kw)
+            row = dict(head_dim=head_dim, seqlen=seqlen, fp8=fp8, backend=backend, ran=chosen,
+                       host_us=host_us(fn), gpu_us=triton.testing.do_bench(fn, warmup=10, rep=50) * 1e3)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    flashattn2.set_backend("auto")
+    if args.out:
+        meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                    date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        with open(args.out, "w") as f:
+            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
