@@ -98,8 +98,8 @@ _HOPPER_BWD: dict[bool, list[tuple[int, BwdConfig]]] = {
 # non-causal: (64, 128, 4, 3) 0.75 / 0.79 / 0.80 / 0.82 / 0.83 / 0.83 of (128, 128, 8, 3) at 512-16k (H200,
 # 2026-11-29; one loop 0.99 / 0.98 at 512 / 1k, 1.01-1.04 from 4k). d128 non-causal (64, 128, 4, 3) 0.87 / 0.90 / 0.90
 # of (128, 128, 8, 3) at 2k / 4k / 16k; d256 non-causal (64, 64, 4, 3) 0.77 / 0.73 / 0.72 / 0.76 / 0.75 of (128, 64,
-# 8, 2) at 512 / 1k / 2k / 4k / 16k (H200, 2026-11-29, results/2026-11-29_s29_ab/02-03). Auto runs those on Gluon
-# (packed batches, other GPUs and forced calls run these).
+# 8, 2) at 512 / 1k / 2k / 4k / 16k (H200, 2026-11-29, results/2026-11-29_s29_ab/02-03). Auto runs dense d128 / d256
+# non-causal FP8 calls on Gluon: these two rows serve packed batches and forced calls.
 _HOPPER_FWD_FP8: dict[bool, list[tuple[int, FwdConfig]]] = {
     False: [(64, FwdConfig(64, 128, 4, 3)), (128, FwdConfig(64, 128, 4, 3)), (256, FwdConfig(64, 64, 4, 3))],
     True: [(64, FwdConfig(64, 128, 4, 3, one_loop=True)), (128, FwdConfig(128, 128, 8, 3)),
