@@ -252,6 +252,35 @@ def test_a_repeated_call_skips_the_checks_and_gives_the_same_result():
     assert len(interface._seen) == 2
 
 
+def test_a_repeated_fp8_call_skips_the_checks_but_not_the_descales_checks():
+    from flashattn2 import interface
+
+    interface._seen.clear()
+    torch.manual_seed(3)
+    q, k, v = (randn(1, 40, 2, 32, dtype=torch.bfloat16) for _ in range(3))
+    q8, k8, v8, qd, kd, vd = flashattn2.quantize_fp8(q, k, v)
+    first = flashattn2.flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+    assert len(interface._seen) == 1
+    again = flashattn2.flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+    assert len(interface._seen) == 1  # found, not added
+    assert torch.equal(first, again)
+    # the descales' values are inputs, not part of the key
+    halved = flashattn2.flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd / 2)
+    assert len(interface._seen) == 1 and torch.allclose(halved.float(), first.float() / 2, rtol=1e-2, atol=1e-3)
+    # what the checks refuse is refused on a repeat too: a gradient wanted, the descales of another layout
+    with pytest.raises(NotImplementedError, match="forward only"):
+        flashattn2.flash_attn_func(q8, k8, v8.requires_grad_(), causal=True, q_descale=qd, k_descale=kd,
+                                   v_descale=vd)
+    v8.requires_grad_(False)
+    with pytest.raises(ValueError, match="q_descale must be float32 of shape"):
+        flashattn2.flash_attn_func(q8, k8, v8, causal=True, q_descale=qd[:, :1], k_descale=kd, v_descale=vd)
+    with pytest.raises(NotImplementedError, match="dropout"):
+        flashattn2.flash_attn_func(q8, k8, v8, dropout_p=0.1, q_descale=qd, k_descale=kd, v_descale=vd)
+    with pytest.raises(NotImplementedError, match="dropout"):
+        flashattn2.flash_attn_func(q8, k8, v8, dropout_p=0.1, q_descale=qd, k_descale=kd, v_descale=vd)
+    assert len(interface._seen) == 1
+
+
 def test_warmup_runs_every_variant():
     from flashattn2.warmup import warmup
 

@@ -20,8 +20,8 @@ OUT_DTYPE = torch.bfloat16
 FP8_MAX = 448.0  # the largest finite e4m3fn value
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple, opts: AttnOptions):
-    """(out in bf16, lse) of checked FP8 inputs."""
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple, opts: AttnOptions, plan=None):
+    """(out in bf16, lse) of checked FP8 inputs. plan: the call's forward plan, where the caller has it already."""
     if opts.dropout_p > 0.0:
         raise NotImplementedError("dropout with FP8 inputs: FP8 attention is for inference (dropout_p=0)")
     arch = gpu_arch(q)
@@ -32,7 +32,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, descales: tuple
         return torch.ops.flashattn2.fwd_fp8(q, k, v, *descales, opts.cu_seqlens_q, opts.cu_seqlens_k,
                                             opts.alibi_slopes, opts.max_seqlen_q, opts.max_seqlen_k,
                                             opts.softmax_scale, opts.window_left, opts.window_right, opts.softcap)
-    out, lse, _ = forward(q, k, v, opts, descales=descales)
+    out, lse, _ = forward(q, k, v, opts, plan=plan, descales=descales)
     return out, lse
 
 

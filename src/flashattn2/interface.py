@@ -64,11 +64,11 @@ def _run_sink(q, k, v, opts: AttnOptions, sink: torch.Tensor, return_attn_probs:
     return (out, lse, None) if return_attn_probs else out
 
 
-def _run_fp8(q, k, v, opts: AttnOptions, descales: tuple, return_attn_probs: bool):
+def _run_fp8(q, k, v, opts: AttnOptions, descales: tuple, return_attn_probs: bool, plan=None):
     batch = q.shape[0] if opts.cu_seqlens_q is None else opts.cu_seqlens_q.shape[0] - 1
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     descales = check_descales(q, *descales, batch, k.shape[-2], grad)
-    out, lse = fp8.attention(q, k, v, descales, opts)
+    out, lse = fp8.attention(q, k, v, descales, opts, plan)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -153,26 +153,37 @@ def flash_attn_func(
             None when dropout_p == 0.
     """
     key = None
-    if (alibi_slopes is None and q_descale is None and k_descale is None and v_descale is None
-            and learnable_sink is None and type(q) is torch.Tensor and type(k) is torch.Tensor
-            and type(v) is torch.Tensor and type(window_size) is tuple and not torch.compiler.is_compiling()):
+    descales = (q_descale, k_descale, v_descale)
+    if q_descale is None and k_descale is None and v_descale is None:
+        descales_key = None
+    elif type(q_descale) is torch.Tensor and type(k_descale) is torch.Tensor and type(v_descale) is torch.Tensor:
+        # FP8's descales by layout (their values are the kernels' inputs); their checks run on every call
+        descales_key = tuple((d.shape, d.stride(), d.dtype, d.device) for d in descales)
+    else:
+        descales_key = False  # not remembered: the checks judge them
+    if (alibi_slopes is None and learnable_sink is None and descales_key is not False and type(q) is torch.Tensor
+            and type(k) is torch.Tensor and type(v) is torch.Tensor and type(window_size) is tuple
+            and not torch.compiler.is_compiling()):
         key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
                k.device, v.device, align(q), align(k), align(v), dropout_p, softmax_scale, causal, window_size,
-               softcap, deterministic, return_attn_probs)
+               softcap, deterministic, return_attn_probs, descales_key)
         seen = _seen.get(key)
         if seen is not None:
-            return _run(q, k, v, *seen)
+            return _run(q, k, v, *seen) if descales_key is None else _run_fp8(q, k, v, seen[0], descales, *seen[1:])
     is_fp8 = is_fp8_call(q, k, v, q_descale, k_descale, v_descale)
     check_dense(q, k, v, is_fp8)
     # a copy made here for a non-unit last stride would not match the key's tensors
-    remember = key is not None and not is_fp8 and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
+    remember = key is not None and q.stride(-1) == k.stride(-1) == v.stride(-1) == 1
     q, k, v = unit_last_stride(q), unit_last_stride(k), unit_last_stride(v)
     opts = attn_options(q, None, None, q.shape[1], k.shape[1], dropout_p, softmax_scale, causal, window_size,
                         softcap, alibi_slopes, deterministic)
     if learnable_sink is not None:
         return _run_sink(q, k, v, opts, learnable_sink, return_attn_probs, is_fp8)
     if is_fp8:
-        return _run_fp8(q, k, v, opts, (q_descale, k_descale, v_descale), return_attn_probs)
+        result = _run_fp8(q, k, v, opts, descales, return_attn_probs)
+        if remember:  # remembered once it ran: a call the FP8 path refuses is refused afresh each time
+            _seen.add(key, (opts, return_attn_probs, forward_plan(q, k, v, opts, False)))
+        return result
     plan = None
     if remember:
         # the plan does not depend on the dropout seed tensor, drawn per call in _run
