@@ -26,3 +26,5 @@ grep -E "^  [a-zA-Z_]|pipe_(xu|fma|alu|fmaheavy|tensor|shared).*(pct_of_peak|act
 # then: is the package's short FP8 call bound by its host time? (ab_triton_fwd.py's package column read d128 FP8 512
 # at 0.186 ms where the kernel it ran reads 0.150 called directly; session 29, NOTES.md)
 timeout 120 python3 scripts/host_vs_gpu.py --out $OUT/host_vs_gpu.json 2>&1 | grep -v Warn | tee -a $L
+# the FP8 repeat cache (interface._seen for FP8 calls, landed after the session's last device call): the FP8 GPU tests
+timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_fp8.py tests/test_host.py 2>&1 | tail -n 2 | tee -a $L
