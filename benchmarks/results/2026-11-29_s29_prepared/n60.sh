@@ -13,6 +13,8 @@ set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 L=$OUT/log.txt
 python3 -c 'import torch, triton; print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)' | tee $L
+# the FP8 repeat cache (interface._seen for FP8 calls, landed after the session's last device call): the FP8 GPU tests
+timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_fp8.py tests/test_host.py 2>&1 | tail -n 2 | tee -a $L
 N=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -n 1)
 timeout 300 $N --section ComputeWorkloadAnalysis --section InstructionStats --section SpeedOfLight \
   -k regex:'attention|cudnn|fmha|sdpa' -o /tmp/rep_pipes python3 scripts/profile_gluon.py --case pipes \
@@ -26,5 +28,3 @@ grep -E "^  [a-zA-Z_]|pipe_(xu|fma|alu|fmaheavy|tensor|shared).*(pct_of_peak|act
 # then: is the package's short FP8 call bound by its host time? (ab_triton_fwd.py's package column read d128 FP8 512
 # at 0.186 ms where the kernel it ran reads 0.150 called directly; session 29, NOTES.md)
 timeout 120 python3 scripts/host_vs_gpu.py --out $OUT/host_vs_gpu.json 2>&1 | grep -v Warn | tee -a $L
-# the FP8 repeat cache (interface._seen for FP8 calls, landed after the session's last device call): the FP8 GPU tests
-timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_fp8.py tests/test_host.py 2>&1 | tail -n 2 | tee -a $L
