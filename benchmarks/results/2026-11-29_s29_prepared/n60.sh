@@ -28,3 +28,9 @@ grep -E "^  [a-zA-Z_]|pipe_(xu|fma|alu|fmaheavy|tensor|shared).*(pct_of_peak|act
 # then: is the package's short FP8 call bound by its host time? (ab_triton_fwd.py's package column read d128 FP8 512
 # at 0.186 ms where the kernel it ran reads 0.150 called directly; session 29, NOTES.md)
 timeout 120 python3 scripts/host_vs_gpu.py --out $OUT/host_vs_gpu.json 2>&1 | grep -v Warn | tee -a $L
+# then the V copy through a cached Launch (v_copy_launch.diff, prepared here: kernel[grid] binds its arguments on
+# every call): the FP8 GPU tests and the host times again, with it applied to this copy of the tree
+git apply benchmarks/results/2026-11-29_s29_prepared/v_copy_launch.diff && {
+  timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_fp8.py 2>&1 | tail -n 2 | tee -a $L
+  timeout 120 python3 scripts/host_vs_gpu.py --out $OUT/host_vs_gpu_v_launch.json 2>&1 | grep -v Warn | tee -a $L
+  git apply -R benchmarks/results/2026-11-29_s29_prepared/v_copy_launch.diff; }
