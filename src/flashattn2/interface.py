@@ -169,7 +169,10 @@ def flash_attn_func(
                softcap, deterministic, return_attn_probs, descales_key)
         seen = _seen.get(key)
         if seen is not None:
-            return _run(q, k, v, *seen) if descales_key is None else _run_fp8(q, k, v, seen[0], descales, *seen[1:])
+            opts, return_probs, plan = seen
+            if descales_key is None:
+                return _run(q, k, v, opts, return_probs, plan)
+            return _run_fp8(q, k, v, opts, descales, return_probs, plan)
     is_fp8 = is_fp8_call(q, k, v, q_descale, k_descale, v_descale)
     check_dense(q, k, v, is_fp8)
     # a copy made here for a non-unit last stride would not match the key's tensors
