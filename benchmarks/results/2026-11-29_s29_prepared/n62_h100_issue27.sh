@@ -3,9 +3,8 @@
 # twentieth session. GPU tests of the MLA, latent and sink paths first; then the three figures the issue asks for,
 # as session 20 measured them (results/2026-11-28_s20_h100_*): latent-cache decoding against the copy bandwidth
 # (batches 8 and 64, dense and paged), the sink's cost (9 interleaved rounds), MLA 192/128 forward and backward
-# against cuDNN (two runs). Predictions: latent 0.70-0.85 of the copy at batch 64 (session 20: 0.68-0.81; the
-# kernels changed since by the seesaw's EARLY_FREE only on H200 evidence); sink cost <= 2.5%; MLA forward
-# 0.97-1.17x, backward 0.95-1.05x cuDNN.
+# against cuDNN (two runs). Predictions, from session 20's H100 run and the H200 runs since: latent 0.68-0.85 of the
+# copy at batch 64; sink cost <= 2.5%; MLA forward 0.97-1.17x, backward 0.92-1.05x cuDNN.
 # Copy to .calls/ and run from the repository root: bash .calls/n62_h100_issue27.sh
 set -uo pipefail
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
