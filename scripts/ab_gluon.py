@@ -8,13 +8,12 @@ bf16 inputs per (batch, kv head) with quantize_fp8 and times both kernels' FP8 f
 import argparse
 import functools
 import json
-import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 import triton
+from result_rows import write_rows
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flashattn2 import quantize_fp8
@@ -96,11 +95,7 @@ def main():
                 for seqlen in args.seqlens:
                     rows.append(measure(dtype_name, hdim, causal, seqlen))
                     print(json.dumps(rows[-1]), flush=True)
-    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                date=time.strftime("%Y-%m-%d"))
-    os.makedirs(args.out, exist_ok=True)
-    with open(f"{args.out}/ab_gluon.json", "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    write_rows(f"{args.out}/ab_gluon.json", rows)
 
 
 if __name__ == "__main__":

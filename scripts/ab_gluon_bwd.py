@@ -5,12 +5,11 @@ compute dQ in the kernel; "dkdv..." ones leave it to the Triton dQ kernel (the d
 
 import argparse
 import json
-import os
-import time
 
 import torch
 import torch.nn.functional as F
 import triton
+from result_rows import write_rows
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn2
@@ -126,11 +125,7 @@ def main():
     for name, (causal, seqlen, nheads_k, options) in EXTRA.items() if args.extra else ():
         rows.append(measure(args.hdim, causal, seqlen, torch.bfloat16, nheads_k, options, name))
         print(json.dumps(rows[-1]), flush=True)
-    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                date=time.strftime("%Y-%m-%d"))
-    os.makedirs(args.out, exist_ok=True)
-    with open(f"{args.out}/ab_gluon_bwd.json", "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    write_rows(f"{args.out}/ab_gluon_bwd.json", rows)
 
 
 if __name__ == "__main__":

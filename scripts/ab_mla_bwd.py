@@ -10,14 +10,12 @@ alternating order and each variant's median and best ms are kept, with the secti
 """
 
 import argparse
-import json
-import os
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 import triton
+from result_rows import write_rows
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -115,11 +113,7 @@ def main() -> None:
         med = {n: t["median"] for n, t in r["ms"].items()}
         print(f"s{seqlen}: " + "  ".join(f"{n} {t:.3f} ms (sec {r['section'].get(n)})" for n, t in med.items())
               + "  | time over base: " + " ".join(f"{n} {t / med['base']:.3f}" for n, t in med.items()), flush=True)
-    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), variants=variants)
-    os.makedirs(args.out, exist_ok=True)
-    with open(f"{args.out}/ab_mla_bwd.json", "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    write_rows(f"{args.out}/ab_mla_bwd.json", rows, variants=variants)
 
 
 if __name__ == "__main__":

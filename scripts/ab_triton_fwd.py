@@ -13,12 +13,11 @@ candidate's median ms and its time over the first candidate's.
 import argparse
 import dataclasses
 import functools
-import json
 import statistics
-import time
 
 import torch
 import triton
+from result_rows import write_rows
 from sweep_configs import _sdpa, make_problem
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -87,11 +86,7 @@ def main() -> None:
         print(f"s{seqlen}: " + "  ".join(f"{n} {t:.4f} ms ({t / first:.3f})" for n, t in med.items()), flush=True)
         rows.append(dict(seqlen=seqlen, ms=times, median=med, tflops={n: flops / t / 1e9 for n, t in med.items()}))
     if args.out:
-        meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                    date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), hdim=args.hdim, causal=args.causal,
-                    fp8=args.fp8, softcap=args.softcap)
-        with open(args.out, "w") as f:
-            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        write_rows(args.out, rows, hdim=args.hdim, causal=args.causal, fp8=args.fp8, softcap=args.softcap)
 
 
 if __name__ == "__main__":

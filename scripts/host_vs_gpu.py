@@ -15,11 +15,23 @@ import time
 
 import torch
 import triton
+from result_rows import write_rows
 
 import flashattn2
 from flashattn2 import flash_attn_func, quantize_fp8
 
 CASES = [(128, 512, True), (128, 768, True), (64, 512, True), (256, 512, True), (128, 512, False)]
+
+
+def bench_inputs(head_dim: int, seqlen: int, fp8: bool) -> tuple:
+    """(q, k, v, the descale keywords) of the benches' shape (16k tokens a batch, hidden 2048), in bf16 or
+    quantised to e4m3 (quantize_fp8)."""
+    q, k, v = (torch.randn(16384 // seqlen, seqlen, 2048 // head_dim, head_dim, device="cuda", dtype=torch.bfloat16)
+               for _ in range(3))
+    if not fp8:
+        return q, k, v, {}
+    q, k, v, qd, kd, vd = quantize_fp8(q, k, v)
+    return q, k, v, dict(q_descale=qd, k_descale=kd, v_descale=vd)
 
 
 def host_us(fn, calls: int = 200) -> float:
@@ -40,12 +52,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for head_dim, seqlen, fp8 in CASES:
-        q, k, v = (torch.randn(16384 // seqlen, seqlen, 2048 // head_dim, head_dim, device="cuda",
-                               dtype=torch.bfloat16) for _ in range(3))
-        kw = {}
-        if fp8:
-            q, k, v, qd, kd, vd = quantize_fp8(q, k, v)
-            kw = dict(q_descale=qd, k_descale=kd, v_descale=vd)
+        q, k, v, kw = bench_inputs(head_dim, seqlen, fp8)
         for backend in ("auto", "triton", "gluon"):
             flashattn2.set_backend(backend)
             chosen = flashattn2.attention_backend(q, k, v)[0]
@@ -57,10 +64,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     flashattn2.set_backend("auto")
     if args.out:
-        meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                    date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-        with open(args.out, "w") as f:
-            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        write_rows(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -106,18 +106,11 @@ def d64c() -> None:
 
 
 def pipes() -> None:
+    from host_vs_gpu import bench_inputs
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from flashattn2 import quantize_fp8
-
     for head_dim, seqlen, fp8 in ((64, 4096, True), (64, 4096, False), (128, 16384, True)):
-        # 16k tokens, hidden 2048, as the benches
-        q, k, v = (torch.randn(16384 // seqlen, seqlen, 2048 // head_dim, head_dim, device="cuda",
-                               dtype=torch.bfloat16) for _ in range(3))
-        descales = {}
-        if fp8:
-            q, k, v, qd, kd, vd = quantize_fp8(q, k, v)
-            descales = dict(q_descale=qd, k_descale=kd, v_descale=vd)
+        q, k, v, descales = bench_inputs(head_dim, seqlen, fp8)
         for _ in range(2):
             flash_attn_func(q, k, v, **descales)
     qt, kt, vt = (torch.randn(4, 32, 4096, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))

@@ -10,12 +10,11 @@ copy of the same bytes (torch's clone) as the bandwidth it could reach. Every FP
 
 import argparse
 import functools
-import json
 import statistics
-import time
 
 import torch
 import triton
+from result_rows import write_rows
 
 from flashattn2.kernels.portable.v_layout import RELABEL_KEYS, v_keys_last
 
@@ -50,10 +49,7 @@ def main() -> None:
                 rows.append(dict(head_dim=head_dim, seqlen=seqlen, relabel=relabel, us=times, median_us=med,
                                  bytes=2 * v.numel()))
     if args.out:
-        meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                    date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-        with open(args.out, "w") as f:
-            json.dump(dict(meta=meta, rows=rows), f, indent=1)
+        write_rows(args.out, rows)
 
 
 if __name__ == "__main__":
