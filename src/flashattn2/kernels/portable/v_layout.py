@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from ..common import cdiv, padded_head_dim
+from ..launch import Launch, PlanCache, align
 
 # The Gluon FP8 forward stores P, a wgmma accumulator, to shared memory for the P V matmul. A thread holds the
 # key pairs 8j + 2t, 8j + 2t + 1 (t = lane % 4), so in key order it writes 2 bytes at a time. Relabelling the
@@ -39,6 +40,11 @@ def v_keys_last_kernel(V, Out, seqlen, keys, stride_vb, stride_vs, stride_vh, st
     tl.store(dst, tl.trans(tile), mask=(offs_d[:, None] < HEAD_DIM) & (offs_k[None, :] < keys))
 
 
+# the copy's launches by everything its kernel specialises on (a plan's V keeps one layout): kernel[grid] binds
+# its arguments again on every call (launch.py)
+_launches = PlanCache(256)
+
+
 def v_keys_last(v: torch.Tensor, multiple: int = 16, relabel: bool = False, *, block_k: int = 128,
                 num_warps: int = 4) -> torch.Tensor:
     """Dense v (batch, seqlen, heads, head_dim) as a new (batch, heads, head_dim, keys) tensor, or packed v
@@ -53,10 +59,16 @@ def v_keys_last(v: torch.Tensor, multiple: int = 16, relabel: bool = False, *, b
     keys = out.shape[-1]
     if out.numel():
         src = v.view(torch.uint8)  # the copy moves bytes; the interpreter has no fp8 loads
-        stride_vb, stride_vs, stride_vh, stride_vd = src.stride() if dense else (0, *src.stride())
-        v_keys_last_kernel[(cdiv(keys, block_k), heads, batch)](
-            src, out, seqlen, keys, stride_vb, stride_vs, stride_vh, stride_vd, HEAD_DIM=head_dim, BLOCK_K=block_k,
-            BLOCK_D=padded_head_dim(head_dim), RELABEL=relabel, num_warps=num_warps)
+        key = (src.shape, src.stride(), src.device, align(src), keys, relabel, block_k, num_warps)
+        launch = _launches.get(key)
+        if launch is None:
+            stride_vb, stride_vs, stride_vh, stride_vd = src.stride() if dense else (0, *src.stride())
+            launch = _launches.add(key, Launch(
+                v_keys_last_kernel, (cdiv(keys, block_k), heads, batch), (),
+                dict(seqlen=seqlen, keys=keys, stride_vb=stride_vb, stride_vs=stride_vs, stride_vh=stride_vh,
+                     stride_vd=stride_vd, HEAD_DIM=head_dim, BLOCK_K=block_k, BLOCK_D=padded_head_dim(head_dim),
+                     RELABEL=relabel), num_warps, 3))
+        launch(src, out)
     out = out.view(v.dtype)
     return out if dense else out[0]
 
