@@ -8,7 +8,8 @@ read before (issue 30), so that a log of thousands of reports becomes a short ta
 Patterns:
 - `ws-state`: written at the kernel's `def` line by lane 31 of a default-partition warp and read there by a worker
   warp: the state word of Triton's warp-specialisation dispatch, ordered by a named barrier racecheck does not pair;
-- `ws-exit`: written at an `mbarrier.invalidate` line (or the `for` line of its unrolled loop) by a
+- `ws-exit`: written at an `mbarrier.invalidate` line (or the `for` line of its unrolled loop, or the `if` line of
+  a constexpr branch over it: the line racecheck names when the kernel's last invalidate is conditional) by a
   default-partition thread after the `warp_specialize` region, and read at the kernel's `def` line by a worker
   warp: Triton 3.6 keeps that dispatch state at the base of shared memory, live only while a region starts, so a
   barrier allocated there may alias it; the default warps invalidate it, store the exit state and meet the workers
@@ -72,10 +73,10 @@ def is_def_line(where: str, src: Path) -> bool:
 
 
 def invalidates(where: str, src: Path) -> bool:
-    """Whether file.py:N invalidates an mbarrier, itself or as the `for` line of an unrolled loop that does (the
-    line racecheck names for the loop's body)."""
+    """Whether file.py:N invalidates an mbarrier, itself or as the `for` line of an unrolled loop or the `if` line
+    of a constexpr branch that does (the line racecheck names for the body)."""
     calls = "mbarrier.invalidate("
-    return any(calls in lines[0] or (lines[0].lstrip().startswith("for ") and calls in "".join(lines[1:]))
+    return any(calls in lines[0] or (lines[0].lstrip().startswith(("for ", "if ")) and calls in "".join(lines[1:]))
                for lines in source_lines(where, src, 2))
 
 

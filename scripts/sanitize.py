@@ -53,6 +53,11 @@ def fwd_triton():
     for causal, window, softcap in ((False, (-1, -1), 0.0), (True, (-1, -1), 0.0), (False, (33, 7), 5.0)):
         q, k, v = _dense(2, 77, 130, 4, 2, 64)
         _fwd_bwd("fwd-triton", q, k, v, backward=False, causal=causal, window_size=window, softcap=softcap)
+    # the key tiles as one loop (FwdConfig.one_loop): d64 causal's short rows and d256 causal's main row, with a
+    # cut last key tile and more keys than queries
+    for head_dim, seqlen_q in ((64, 200), (256, 77)):
+        q, k, v = _dense(2, seqlen_q, 250, 4, 2, head_dim)
+        _fwd_bwd("fwd-triton one loop", q, k, v, backward=False, causal=True)
 
 
 def bwd_triton():
@@ -90,13 +95,18 @@ def bwd_gluon():
 
 
 def fp8():
+    # d128 causal, then the Triton FP8 rows of the twenty-eighth and twenty-ninth sessions (d64 / d256 causal as one
+    # loop, non-causal 64-row tiles with 128 or 64 keys)
+    cases = [(128, True), (64, True), (256, True), (64, False), (128, False), (256, False)]
     for backend in ("triton", "gluon"):
         flashattn2.set_backend(backend)
-        q, k, v = _dense(2, 200, 300, 4, 2, 128)
-        q8, k8, v8, q_descale, k_descale, v_descale = flashattn2.quantize_fp8(q, k, v)
-        out = flash_attn_func(q8, k8, v8, causal=True, q_descale=q_descale, k_descale=k_descale,
-                              v_descale=v_descale)
-        _close(f"fp8-{backend}", out, attention_ref(q, k, v, causal=True)[0], tol=1e-1)
+        for head_dim, causal in cases if backend == "triton" else cases[:1]:
+            q, k, v = _dense(2, 200, 300, 4, 2, head_dim)
+            q8, k8, v8, q_descale, k_descale, v_descale = flashattn2.quantize_fp8(q, k, v)
+            out = flash_attn_func(q8, k8, v8, causal=causal, q_descale=q_descale, k_descale=k_descale,
+                                  v_descale=v_descale)
+            _close(f"fp8-{backend} d{head_dim} causal={causal}", out, attention_ref(q, k, v, causal=causal)[0],
+                   tol=1e-1)
 
 
 def kvcache():

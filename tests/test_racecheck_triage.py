@@ -42,6 +42,16 @@ def test_triage_groups_and_fails_on_unexplained_reports(tmp_path, capsys):
     assert "5 reports parsed, 5 errors" in out
 
 
+def test_triage_names_an_invalidate_under_a_constexpr_branch_ws_exit(tmp_path, capsys):
+    # the Gluon FP8 forward's last invalidate sits under `if IS_FP8 and V_TRANSPOSE:`, the line racecheck names
+    source = SOURCE + "    if FLAG:\n        mbarrier.invalidate(extra.index(0))\n    if FLAG:\n        pass\n"
+    log = _report("RAW", 31, 9, 128, 3) + _report("RAW", 31, 11, 128, 3)
+    rc, out = _run(tmp_path, capsys, log=log, source=source)
+    assert rc == 1
+    assert "ws-exit      RAW write k.py:9" in out
+    assert "unexplained  RAW write k.py:11" in out  # an `if` over no invalidate is not explained
+
+
 def test_triage_passes_when_every_report_is_explained(tmp_path, capsys):
     rc, out = _run(tmp_path, capsys, "--ordered", "k.py:5,k.py:6", "--ordered", "k.py:6,k.py:5",
                    "--ordered", "k.py:5,k.py:3")
