@@ -113,6 +113,23 @@ def test_relabelled_p_and_v_keep_p_v():
     torch.testing.assert_close(p_stored @ vt.T, p[:, :200] @ v[0, :, 0].float(), rtol=1e-5, atol=1e-5)
 
 
+def test_v_keys_last_launches_apart_by_relabelling_and_padding():
+    # one V, copied plain, relabelled, and padded to another multiple: each copy is what its arguments ask for, not a
+    # launch cached for another (v_layout._launches)
+    from flashattn2.kernels.portable.v_layout import v_keys_last
+
+    v = randn(1, 200, 1, 32, dtype=torch.float32).to(torch.float8_e4m3fn)
+    plain = v_keys_last(v, 64)[0, 0].float()  # (head_dim, 256 keys)
+    relabelled = v_keys_last(v, 64, relabel=True)[0, 0].float()
+    short = v_keys_last(v, 16)[0, 0].float()
+    assert plain.shape == relabelled.shape == (32, 256) and short.shape == (32, 208)
+    torch.testing.assert_close(plain[:, :200], v[0, :, 0].float().T, rtol=0, atol=0)
+    torch.testing.assert_close(short[:, :200], plain[:, :200], rtol=0, atol=0)
+    moved = plain.reshape(32, 4, 8, 4, 2).permute(0, 1, 3, 2, 4).reshape(32, 256)
+    torch.testing.assert_close(relabelled, moved, rtol=0, atol=0)
+    assert not torch.equal(relabelled, plain)
+
+
 def test_fp8_alibi_and_lse():
     q, k, v = _inputs(2, 40, 56, 4, 2, 64, seed=5)
     slopes = torch.rand(2, 4, device=DEVICE) * 0.3
