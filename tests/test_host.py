@@ -347,6 +347,50 @@ def test_hopper_forward_tiles_for_short_calls(monkeypatch):
     assert not any(configs.fwd_config(d, False, cuda).one_loop for d in (64, 128, 256))
 
 
+# the compile child's snippet: every row of the Triton forward's Hopper tables (configs._HOPPER_FWD, _SHORT, _FP8)
+# compiled for sm_90 as a launch specialises it (scripts/kernel_resources.py), one line of resources a row
+_ROWS_COMPILE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from kernel_resources import PLAIN, resources
+from flashattn2.kernels.portable import configs
+from flashattn2.kernels.portable.forward import attention_fwd_kernel
+
+rows = {(False, causal, d, cfg) for causal, table in configs._HOPPER_FWD.items() for d, cfg in table}
+rows |= {(fp8, causal, d, cfg) for (fp8, causal), table in configs._HOPPER_FWD_SHORT.items() for d, _, cfg in table}
+rows |= {(True, causal, d, cfg) for causal, table in configs._HOPPER_FWD_FP8.items() for d, cfg in table}
+for fp8, causal, d, cfg in sorted(rows, key=str):
+    assert not cfg.use_tma, "a row with tensor descriptors: hand resources() its descriptors"
+    flags = dict(PLAIN, HAS_RIGHT=causal, HEAD_DIM=d, BLOCK_D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                 ONE_LOOP=cfg.one_loop, IS_FP8=fp8, V_T=fp8)
+    print(f"row fp8={int(fp8)} causal={int(causal)} d={d} {cfg}: "
+          + resources(attention_fwd_kernel, flags, cfg.num_warps, cfg.num_stages), flush=True)
+"""
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="compile-only check for CPU CI; the GPU runs the kernels")
+def test_triton_forward_hopper_rows_compile_to_pipelined_wgmma(compile_child):
+    # every tile row auto may give the Triton forward on Hopper: compiles for sm_90, its matmuls on wgmma (HGMMA for
+    # bf16, QGMMA for FP8), its K / V loads through cp.async (LDGSTS: the key loop pipelined), and with the Triton the
+    # GPU machines run (3.6) no spills
+    import os
+    import re
+
+    import triton
+
+    scripts = os.path.join(os.path.dirname(__file__), "..", "scripts")
+    run = compile_child.run(_ROWS_COMPILE, [scripts])
+    assert run.returncode == 0, run.stderr[-4000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("row ")]
+    assert len(rows) >= 15, run.stdout
+    for row in rows:
+        found = dict(re.findall(r"(stack|HGMMA|QGMMA|LDGSTS)\s+(\d+)", row))
+        wgmma = found["QGMMA"] if "fp8=1" in row else found["HGMMA"]
+        assert int(wgmma) > 0 and int(found["LDGSTS"]) > 0, row
+        if triton.__version__.startswith("3.6."):
+            assert found["stack"] == "0", row
+
+
 def test_launch_leaves_out_options_a_kernel_lacks_and_names_unknown_arguments():
     # plans pass every AttnOptions.kernel_args() value; a kernel without one (no dropout, say) is launched
     # without it, while a name that is neither the kernel's nor an option is a mistake and raises

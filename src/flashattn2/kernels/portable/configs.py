@@ -52,6 +52,7 @@ _INTERPRET_BWD = BwdConfig(16, 32, 4, 1, 32, 16, 4, 1, True, True)
 
 # Hopper (sm_90), from the 2026-11-21 sweep on an H100 (bf16, seqlen 4096, 16k tokens, hidden 2048;
 # benchmarks/results/2026-11-21_sweep_h100.json). causal -> [(max padded head dim, config)], first fit.
+# CI compiles every row of the three Hopper forward tables for sm_90 (tests/test_host.py: wgmma, cp.async, no spills)
 _HOPPER_FWD: dict[bool, list[tuple[int, FwdConfig]]] = {
     False: [(64, FwdConfig(64, 64, 4, 3)), (128, FwdConfig(64, 64, 4, 3)), (256, FwdConfig(128, 64, 8, 2))],
     True: [(64, FwdConfig(128, 64, 8, 3)), (128, FwdConfig(64, 64, 4, 3)),
