@@ -94,23 +94,31 @@ def resources(fn, constexprs: dict, num_warps: int, num_stages: int, descriptors
             f"QGMMA {sass.count('QGMMA'):>3}  LDGSTS {sass.count('LDGSTS'):>3}  shared {kernel.metadata.shared}")
 
 
+def forward_rows() -> list[tuple]:
+    """(fp8, causal, head dim, FwdConfig) of every row of the Triton forward's Hopper tables (configs.py)."""
+    from flashattn2.kernels.portable import configs
+
+    rows = {(False, causal, d, cfg) for causal, table in configs._HOPPER_FWD.items() for d, cfg in table}
+    rows |= {(fp8, causal, d, cfg) for (fp8, causal), table in configs._HOPPER_FWD_SHORT.items()
+             for d, _, cfg in table}
+    rows |= {(True, causal, d, cfg) for causal, table in configs._HOPPER_FWD_FP8.items() for d, cfg in table}
+    return sorted(rows, key=str)
+
+
+def forward_row_resources(fp8: bool, causal: bool, head_dim: int, cfg) -> str:
+    """resources() of one forward row as a launch of it compiles (FP8: V keys-last)."""
+    assert not cfg.use_tma, "a row with tensor descriptors: hand resources() its descriptors"
+    flags = dict(PLAIN, HAS_RIGHT=causal, HEAD_DIM=head_dim, BLOCK_D=head_dim, BLOCK_M=cfg.block_m,
+                 BLOCK_N=cfg.block_n, ONE_LOOP=cfg.one_loop, IS_FP8=fp8, V_T=fp8)
+    return resources(attention_fwd_kernel, flags, cfg.num_warps, cfg.num_stages)
+
+
 def main() -> None:
-    # (head dim, causal, (BLOCK_M, BLOCK_N, warps, stages), one key loop): the Hopper rows of configs.py
-    for hd, causal, (bm, bn, w, s), one_loop in [(64, False, (64, 64, 4, 3), False), (64, True, (128, 64, 8, 3), False),
-                                                 (64, True, (64, 64, 4, 3), True), (128, False, (64, 64, 4, 3), False),
-                                                 (256, False, (128, 64, 8, 2), False),
-                                                 (256, True, (128, 64, 8, 2), True)]:
-        flags = dict(PLAIN, HAS_RIGHT=causal, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, ONE_LOOP=one_loop)
-        print(f"fwd  d={hd:<3} causal={int(causal)} {(bm, bn, w, s)} one_loop={int(one_loop)}: "
-              f"{resources(attention_fwd_kernel, flags, w, s)}")
-    # FP8 rows (V keys-last; causal ones as one key loop), as configs.py has them since 2026-11-29
-    fp8_rows = [(64, True, (64, 64, 4, 3)), (64, True, (64, 128, 4, 3)), (128, True, (64, 64, 4, 3)),
-                (256, True, (64, 64, 4, 2)), (64, False, (64, 64, 4, 3)), (64, False, (64, 128, 4, 3)),
-                (128, False, (64, 64, 4, 3)), (128, False, (64, 128, 4, 3)), (256, False, (64, 64, 4, 3))]
-    for hd, causal, (bm, bn, w, s) in fp8_rows:
-        flags = dict(PLAIN, HAS_RIGHT=causal, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, IS_FP8=True, V_T=True,
-                     ONE_LOOP=causal)
-        print(f"fp8  d={hd:<3} causal={int(causal)} {(bm, bn, w, s)}: {resources(attention_fwd_kernel, flags, w, s)}")
+    # every row of the forward's Hopper tables (configs.py), then dK/dV and dQ tiles the sweeps compared
+    for fp8, causal, hd, cfg in forward_rows():
+        tiles = (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages)
+        print(f"{'fp8 ' if fp8 else 'fwd '} d={hd:<3} causal={int(causal)} {tiles} one_loop={int(cfg.one_loop)}: "
+              f"{forward_row_resources(fp8, causal, hd, cfg)}", flush=True)
     for hd, (bm, bn, w, s) in [(64, (32, 128, 4, 3)), (64, (32, 128, 8, 2)), (64, (64, 64, 8, 2)),
                                (128, (64, 64, 4, 2)), (128, (64, 128, 8, 2)), (128, (32, 64, 4, 2))]:
         flags = dict(PLAIN, HAS_RIGHT=False, HEAD_DIM=hd, BLOCK_D=hd, BLOCK_M=bm, BLOCK_N=bn, ATOMIC_DQ=False,

@@ -347,24 +347,16 @@ def test_hopper_forward_tiles_for_short_calls(monkeypatch):
     assert not any(configs.fwd_config(d, False, cuda).one_loop for d in (64, 128, 256))
 
 
-# the compile child's snippet: every row of the Triton forward's Hopper tables (configs._HOPPER_FWD, _SHORT, _FP8)
-# compiled for sm_90 as a launch specialises it (scripts/kernel_resources.py), one line of resources a row
+# the compile child's snippet: every row of the Triton forward's Hopper tables compiled for sm_90 as a launch
+# specialises it (scripts/kernel_resources.py), one line of resources a row
 _ROWS_COMPILE = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
-from kernel_resources import PLAIN, resources
-from flashattn2.kernels.portable import configs
-from flashattn2.kernels.portable.forward import attention_fwd_kernel
+from kernel_resources import forward_row_resources, forward_rows
 
-rows = {(False, causal, d, cfg) for causal, table in configs._HOPPER_FWD.items() for d, cfg in table}
-rows |= {(fp8, causal, d, cfg) for (fp8, causal), table in configs._HOPPER_FWD_SHORT.items() for d, _, cfg in table}
-rows |= {(True, causal, d, cfg) for causal, table in configs._HOPPER_FWD_FP8.items() for d, cfg in table}
-for fp8, causal, d, cfg in sorted(rows, key=str):
-    assert not cfg.use_tma, "a row with tensor descriptors: hand resources() its descriptors"
-    flags = dict(PLAIN, HAS_RIGHT=causal, HEAD_DIM=d, BLOCK_D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                 ONE_LOOP=cfg.one_loop, IS_FP8=fp8, V_T=fp8)
-    print(f"row fp8={int(fp8)} causal={int(causal)} d={d} {cfg}: "
-          + resources(attention_fwd_kernel, flags, cfg.num_warps, cfg.num_stages), flush=True)
+for row in forward_rows():
+    fp8, causal, d, cfg = row
+    print(f"row fp8={int(fp8)} causal={int(causal)} d={d} {cfg}: {forward_row_resources(*row)}", flush=True)
 """
 
 
