@@ -9,7 +9,9 @@ Each row times one call next to its baseline in the same run (median ms, forward
   latent  MLA decoding over one latent cache (query/key 576, value 512 as a view of the key cache's first
           channels, 1 KV head, 128 query heads, one new token), batch 1-64, 4k-64k cache, dense and paged (page
           64): the cache's bytes read once / time against the copy bandwidth of the same run (target: 80%),
-          and against the bound that the same run's bf16 matmul rate sets (128 heads: 242 FLOP a cache byte)
+          and against the bound that the same run's bf16 matmul rate sets (128 heads: 242 FLOP a cache byte);
+          each eager row also replayed from a CUDA graph (the kernels' time without the host's, as a serving
+          loop runs decode: an eager call's host time reaches 50-110 µs, above the GPU time of the small rows)
 Writes <out-dir>/<stem>_sinks_mla.json and .md.
 """
 
@@ -151,7 +153,7 @@ def mla(rows, items=("128-key",)):
 
 def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65536), heads=128,
            layouts=("dense", "paged 64")):
-    from bench_decode import copy_bandwidth, paged
+    from bench_decode import _graphed, copy_bandwidth, paged
     from bench_fp8 import matmul_rates
     from flashattn2 import flash_attn_with_kvcache
 
@@ -180,17 +182,22 @@ def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65
                 v_cache = k_cache[..., :512]  # the value cache is a view: the cache is read once
                 for backend in backends:  # each backend of the same shape in turn: the same clocks
                     _latent_backend(backend)
-                    ms = _time_fwd(functools.partial(flash_attn_with_kvcache, q, k_cache, v_cache,
-                                                     cache_seqlens=seqlens, block_table=table))
+                    call = functools.partial(flash_attn_with_kvcache, q, k_cache, v_cache, cache_seqlens=seqlens,
+                                             block_table=table)
+                    ms = _time_fwd(call)
+                    graph_ms = _time_fwd(_graphed(call))
                     gbps = batch * cache * 576 * 2 / ms / 1e6
+                    graph_gbps = batch * cache * 576 * 2 / graph_ms / 1e6
                     tflops = batch * heads * cache * (576 + 512) * 2 / ms / 1e9
                     tag = "" if backends == ("auto",) else f", {backend}"
                     row = {"group": "latent", "variant": f"576/512, {heads} heads, batch {batch}, cache {cache}, "
                            f"{layout}{tag}", "fwd_ms": ms, "bwd_ms": None, "gbps": gbps, "of_copy": gbps / copy,
-                           "of_bound": gbps / bound, "fwd_tflops": tflops}
+                           "of_bound": gbps / bound, "fwd_tflops": tflops, "graph_ms": graph_ms,
+                           "graph_of_copy": graph_gbps / copy, "graph_of_bound": graph_gbps / bound}
                     rows.append(row)
                     print(f"latent {row['variant']:58s} {ms:8.3f} ms  {gbps:7.0f} GB/s  {gbps / copy:.2f} of copy  "
-                          f"{tflops:5.0f} TFLOP/s  {gbps / bound:.2f} of bound", flush=True)
+                          f"{tflops:5.0f} TFLOP/s  {gbps / bound:.2f} of bound; graph {graph_ms:.3f} ms  "
+                          f"{graph_gbps / copy:.2f} of copy  {graph_gbps / bound:.2f} of bound", flush=True)
             _latent_backend("auto")
 
 
@@ -236,10 +243,13 @@ def write(rows, meta, out_dir: Path, stem: str) -> list[Path]:
     if bw:
         lines += ["", "Latent-cache decoding: the cache's bytes (batch x cache x 576 x 2) / time, against the copy "
                   "bandwidth (bytes read + written / time) of the same run, and against the bound: the lower of "
-                  "the copy bandwidth and the same run's bf16 matmul rate over the call's FLOP per cache byte.", "",
-                  "| variant | ms | GB/s | of copy | TFLOP/s | of bound |", "|---|---:|---:|---:|---:|---:|"]
+                  "the copy bandwidth and the same run's bf16 matmul rate over the call's FLOP per cache byte. "
+                  "graph: the same call replayed from a CUDA graph (the kernels' time without the host's).", "",
+                  "| variant | ms | GB/s | of copy | TFLOP/s | of bound | graph ms | graph of copy | graph of bound |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['variant']} | {f(r['fwd_ms'], '.3f')} | {r['gbps']:.0f} | {f(r.get('of_copy'), '.2f')} | "
-                  f"{f(r.get('fwd_tflops'), '.0f')} | {f(r.get('of_bound'), '.2f')} |" for r in bw]
+                  f"{f(r.get('fwd_tflops'), '.0f')} | {f(r.get('of_bound'), '.2f')} | {f(r.get('graph_ms'), '.3f')} | "
+                  f"{f(r.get('graph_of_copy'), '.2f')} | {f(r.get('graph_of_bound'), '.2f')} |" for r in bw]
     paths[1].write_text("\n".join(lines) + "\n")
     return paths
 
