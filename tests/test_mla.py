@@ -309,15 +309,16 @@ def test_latent_launch_registers():
 def test_latent_seesaw_by_keys_per_program(monkeypatch):
     # host-side rule (static shapes, no sync): from SPLIT_SCORES_FROM keys a program the seesaw, dense or paged,
     # where it measured faster than two scores warpgroups (benchmarks/NOTES.md, seventeenth and eighteenth sessions)
+    # and than one (at every length: thirty-first session)
     from flashattn2.kernels import backends
 
     if not backends.GLUON_AVAILABLE:
         pytest.skip("this Triton has no Gluon")
     from flashattn2.kernels.sm90.latent import LATENT_TUNING, tuning_for
 
-    assert LATENT_TUNING["SPLIT_SCORES_FROM"] == 4096 and LATENT_TUNING["SEESAW_LONG"]
-    for capacity, splits, long in ((4096, 1, True), (65536, 8, True), (4095, 1, False), (16384, 8, False),
-                                   (65536, 66, False)):
+    assert LATENT_TUNING["SPLIT_SCORES_FROM"] == 0 and LATENT_TUNING["SEESAW_LONG"]
+    for capacity, splits, long in ((4096, 1, True), (65536, 8, True), (16384, 8, True), (65536, 66, True),
+                                   (4096, 32, True), (64, 1, True)):
         tuning = tuning_for(capacity, splits)
         assert "SPLIT_SCORES_FROM" not in tuning and "SEESAW_LONG" not in tuning  # host keys, not the kernel's
         expected = (1, 4, 1, 2, 1) if long else (1, 4, 0, 1, 0)  # READY_PARTS / EARLY_FREE: the seesaw's alone
@@ -325,6 +326,11 @@ def test_latent_seesaw_by_keys_per_program(monkeypatch):
                 tuning["EARLY_FREE"]) == expected, (capacity, splits)
     from flashattn2.kernels.sm90 import latent
 
+    # below the threshold one scores warpgroup (the non-seesaw schedules run only where a tuning asks for them)
+    monkeypatch.setattr(latent, "LATENT_TUNING", dict(LATENT_TUNING, SPLIT_SCORES_FROM=4096))
+    assert latent.tuning_for(4095, 1)["SEESAW"] == 0 and latent.tuning_for(16384, 8)["SEESAW"] == 0
+    assert latent.tuning_for(4096, 1)["SEESAW"] == 1
+    assert latent.tuning_for(None)["SEESAW"] == 0  # LATENT_TUNING's own schedule (CI's compile check)
     monkeypatch.setattr(latent, "LATENT_TUNING", dict(LATENT_TUNING, SEESAW_LONG=0))  # the rule's switch
     assert latent.tuning_for(65536, 1) == dict(VALUE_WGS=2, EARLY_LOAD=True, SCORE_WGS=2, SEESAW=0,
                                                READY_PARTS=1, EARLY_FREE=0)
@@ -399,9 +405,10 @@ def test_gluon_latent_decoding(paged, seqlen_q, num_splits, heads, batch_idx, va
     from flashattn2.kernels.portable.kvcache import kvcache_plan
     from flashattn2.kernels.sm90 import latent
 
+    # the other schedules run only below SPLIT_SCORES_FROM keys a program (the default takes the seesaw everywhere)
     monkeypatch.setattr(latent, "LATENT_TUNING", dict(latent.LATENT_TUNING, VALUE_WGS=value_wgs,
                                                       EARLY_LOAD=early_load, SCORE_WGS=score_wgs, SEESAW=seesaw,
-                                                      **extra))
+                                                      SPLIT_SCORES_FROM=0 if seesaw else 1 << 30, **extra))
     inference._seen.clear()  # plans made under the other tuning
     kvcache._plans.clear()
 

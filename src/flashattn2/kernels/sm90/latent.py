@@ -15,7 +15,7 @@ SM's, so what counts is that their issue overlaps: S of tile i + 1 runs under P 
 two warpgroups of 128 registers' accumulators; here four of 64 (VALUE_WGS). SCORE_WGS=2 gives the scores to two
 warpgroups on alternate tiles, so that one tile's softmax runs beside the next tile's S. SEESAW=1 is FlashMLA's
 split: a loader warp and two warpgroups, each with half of O and the scores of every other tile, handing each other
-P and the row maxima (the comment above _seesaw_loader); calls with many keys per program take it (tuning_for).
+P and the row maxima (the comment above _seesaw_loader); every call takes it by default (tuning_for).
 
 The contract is kvcache_attention_kernel's for the calls `can_implement` takes; key rows of the last tile past the
 sequence (the cache's unwritten capacity may hold anything) are zeroed in shared memory before P V reads them, since
@@ -81,7 +81,11 @@ MAXNREG = {4: 96, 2: 168}
 # both orders (2026-11-28, batch 64 at 4k-64k keys and batch 8 at 64k): +0.5 to +5% on the H100, two runs (0.64-0.70
 # of the copy bandwidth to 0.66-0.74), and on the H200, four runs, +2 to +12% in 14 rows of 16. Paged, once the
 # loader read the block table before its stage wait (_load_tile; eighteenth session): against SCORE_WGS=2 at batch
-# 64, H100 two runs 0 to +11% (6 of 6 rows level or faster), H200 four runs +3 to +9% in 11 rows of 12 (one -5%)
+# 64, H100 two runs 0 to +11% (6 of 6 rows level or faster), H200 four runs +3 to +9% in 11 rows of 12 (one -5%).
+# SPLIT_SCORES_FROM 0, the seesaw for every call (4096 before: the split calls of batches 1-32, 125-2k keys a
+# program, took one scores warpgroup). Kernel time (CUDA-graph replay) over one scores warpgroup's, H200, two runs
+# (2026-11-29, benchmarks/NOTES.md thirty-first session): 0.82-0.96 at 256-2k keys a program (batch 8 16k 0.82-0.87,
+# batch 32 4k 0.81-0.86), 0.97 at 125-248 (batch 1-2 at 4k-16k), level where the seesaw ran already
 # READY_PARTS (SEESAW): a key tile's nine 64-column loads complete on this many barriers (1, 2, 3 or 9; part p the
 # chunks [9p / PARTS, 9(p + 1) / PARTS)), so that S's wgmmas start on a tile's first columns while the rest land (a
 # stage is reloaded only once both consumers are done with it, so each S waited for its whole 72 KB).
@@ -90,18 +94,20 @@ MAXNREG = {4: 96, 2: 168}
 # the next tile's first half loads while WG1 still makes P_b. The seesaw's default READY_PARTS=2 with EARLY_FREE
 # (tuning_for gives the other schedules 1 and 0): H100, four runs in four orders (nineteenth session), batch 64 at
 # 4k-64k keys -1.5 to -5% time (median by row), batch 8 at 64k -3 to -4%, the rest level; READY_PARTS=3 alone -1 to -4%
-LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=0, SPLIT_SCORES_FROM=4096, SEESAW_LONG=1,
+LATENT_TUNING = dict(VALUE_WGS=4, EARLY_LOAD=True, SCORE_WGS=1, SEESAW=0, SPLIT_SCORES_FROM=0, SEESAW_LONG=1,
                      READY_PARTS=2, EARLY_FREE=1)
 HOST_KEYS = ("SPLIT_SCORES_FROM", "SEESAW_LONG")
 SPLIT_SCORE_REGS, SPLIT_VALUE_REGS = gl.constexpr(96), gl.constexpr(160)
 SEESAW_REGS, SEESAW_LOAD_REGS = gl.constexpr(240), gl.constexpr(24)
 
 
-def tuning_for(capacity: int, num_splits: int) -> dict:
+def tuning_for(capacity: int | None, num_splits: int = 1) -> dict:
     """The kernel's constexprs for a call (LATENT_TUNING without its host keys): from SPLIT_SCORES_FROM keys a
-    program the seesaw (SEESAW_LONG) or two scores warpgroups (static shapes only: no sync)."""
+    program the seesaw (SEESAW_LONG) or two scores warpgroups (static shapes only: no sync). capacity None:
+    LATENT_TUNING's own schedule, without that rule (one scores warpgroup unless SEESAW)."""
     tuning = {k: v for k, v in LATENT_TUNING.items() if k not in HOST_KEYS}
-    if not tuning.get("SEESAW") and cdiv(capacity, num_splits) >= LATENT_TUNING["SPLIT_SCORES_FROM"]:
+    if (not tuning.get("SEESAW") and capacity is not None
+            and cdiv(capacity, num_splits) >= LATENT_TUNING["SPLIT_SCORES_FROM"]):
         if LATENT_TUNING["SEESAW_LONG"]:
             tuning.update(SEESAW=1)
         else:
@@ -1001,7 +1007,7 @@ def compile_for_sm90(dtype: torch.dtype = torch.bfloat16, **flags):
     from .common import compile_gluon
 
     constants = dict(dict.fromkeys(("HAS_RIGHT", "HAS_SEQLENS", "HAS_BATCH_IDX", "PAGED"), False), NUM_SPLITS=1,
-                     FLAG_WORD=0, **tuning_for(capacity=0, num_splits=1))  # the defaults: one scores warpgroup
+                     FLAG_WORD=0, **tuning_for(None))  # the defaults: one scores warpgroup
     constants.update(flags)
     out = "*fp32" if constants["NUM_SPLITS"] > 1 else "*DTYPE"
     types = dict(Out=out, Lse="*fp32", Flag="*i32", CacheSeqlens="*i32", CacheBatchIdx="*i32", BlockTable="*i32",
