@@ -12,9 +12,8 @@ import torch
 import triton
 
 sys.path.insert(0, "benchmarks")
-from bench_decode import paged  # noqa: E402
-
 import flashattn2  # noqa: E402
+from bench_decode import paged  # noqa: E402
 from flashattn2 import flash_attn_with_kvcache  # noqa: E402
 
 
@@ -86,5 +85,6 @@ pstats.Stats(pr, stream=out).sort_stats("cumulative").print_stats(35)
 print(out.getvalue()[:9000])
 flashattn2.set_backend("auto")
 import os  # noqa: E402
+
 with open(os.path.join(os.environ.get("OUT", "."), "latent_host.json"), "w") as f:
     json.dump(rows, f, indent=1)

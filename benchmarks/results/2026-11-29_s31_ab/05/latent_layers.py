@@ -95,5 +95,6 @@ for wrapped in (False, True):
 # the raw pieces: torch.empty of the partials, a bare combine launch, the latent launch with prebuilt descriptors
 flashattn2.set_backend("gluon")
 import os  # noqa: E402
+
 with open(os.path.join(os.environ.get("OUT", "."), "latent_layers.json"), "w") as f:
     json.dump(results, f, indent=1)
