@@ -17,6 +17,7 @@ Writes <out-dir>/<stem>_sinks_mla.json and .md.
 
 import argparse
 import functools
+import itertools
 import json
 import statistics
 import sys
@@ -152,7 +153,7 @@ def mla(rows, items=("128-key",)):
 
 
 def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65536), heads=128,
-           layouts=("dense", "paged 64")):
+           layouts=("dense", "paged 64"), splits=(0,)):
     from bench_decode import _graphed, copy_bandwidth, paged
     from bench_fp8 import matmul_rates
     from flashattn2 import flash_attn_with_kvcache
@@ -180,16 +181,18 @@ def latent(rows, backends=("auto",), batches=(1, 8, 64), caches=(4096, 16384, 65
                 else:
                     k_cache, table = paged(kv, 64)
                 v_cache = k_cache[..., :512]  # the value cache is a view: the cache is read once
-                for backend in backends:  # each backend of the same shape in turn: the same clocks
+                # each backend (and split count: 0 is the package's choice) of the same shape in turn: the same clocks
+                for backend, num_splits in itertools.product(backends, splits):
                     _latent_backend(backend)
                     call = functools.partial(flash_attn_with_kvcache, q, k_cache, v_cache, cache_seqlens=seqlens,
-                                             block_table=table)
+                                             block_table=table, num_splits=num_splits)
                     ms = _time_fwd(call)
                     graph_ms = _time_fwd(_graphed(call))
                     gbps = batch * cache * 576 * 2 / ms / 1e6
                     graph_gbps = batch * cache * 576 * 2 / graph_ms / 1e6
                     tflops = batch * heads * cache * (576 + 512) * 2 / ms / 1e9
-                    tag = "" if backends == ("auto",) else f", {backend}"
+                    tag = ("" if backends == ("auto",) else f", {backend}") + \
+                        ("" if splits == (0,) else f", splits {num_splits or 'auto'}")
                     row = {"group": "latent", "variant": f"576/512, {heads} heads, batch {batch}, cache {cache}, "
                            f"{layout}{tag}", "fwd_ms": ms, "bwd_ms": None, "gbps": gbps, "of_copy": gbps / copy,
                            "of_bound": gbps / bound, "fwd_tflops": tflops, "graph_ms": graph_ms,
@@ -273,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latent-batches", default="1,8,64", help="the latent rows' batch sizes, comma-separated")
     parser.add_argument("--latent-layouts", default="dense,paged 64",
                         help="the latent rows' cache layouts, comma-separated: dense, paged 64")
+    parser.add_argument("--latent-splits", default="0",
+                        help="num_splits values timed in turn on each latent row, comma-separated (0: the package's "
+                        "choice, one wave of programs)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: this benchmark needs one", file=sys.stderr)
@@ -285,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "latent"):
         latent(rows, tuple(args.latent_backends.split(",")),
                batches=tuple(int(b) for b in args.latent_batches.split(",")),
-               layouts=tuple(args.latent_layouts.split(",")))
+               layouts=tuple(args.latent_layouts.split(",")),
+               splits=tuple(int(n) for n in args.latent_splits.split(",")))
     save(rows, write, argv, "python benchmarks/bench_sinks_mla.py", start, args.out_dir, args.tag)
     return 0
 
