@@ -339,6 +339,28 @@ def test_latent_seesaw_by_keys_per_program(monkeypatch):
                                                READY_PARTS=2, EARLY_FREE=1)
 
 
+def test_latent_decoding_over_an_empty_cache():
+    # a cache with no key positions: the Gluon kernel declines it (a TMA descriptor takes no zero-sized dimension)
+    # and the Triton kernel answers, under "gluon" too: out 0, lse +inf (no key), as an empty range in any split
+    from flashattn2.kernels import backends
+
+    if backends.GLUON_AVAILABLE:
+        from flashattn2.kernels.sm90.latent import can_implement
+
+        empty = torch.empty(1, 0, 1, 576, dtype=torch.bfloat16)
+        assert "no keys" in can_implement(torch.empty(1, 1, 128, 576, dtype=torch.bfloat16), empty,
+                                          empty[..., :512], None, None, None, AttnOptions(576 ** -0.5))
+    q = randn(2, 1, 128, 576, dtype=torch.bfloat16)
+    k_cache = randn(2, 0, 1, 576, dtype=torch.bfloat16)
+    try:
+        flashattn2.set_backend("gluon" if backends.GLUON_AVAILABLE else "auto")
+        out, lse = flashattn2.flash_attn_with_kvcache(q, k_cache, k_cache[..., :512], return_softmax_lse=True)
+    finally:
+        flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))
+    assert out.shape == (2, 1, 128, 512) and not out.isnan().any() and (out == 0).all()
+    assert (lse == float("inf")).all()
+
+
 def test_auto_takes_the_gluon_latent_kernel():
     # host-side rule, so it runs anywhere: "auto" and "gluon" hand flash_attn_with_kvcache the Gluon latent attend
     # ("triton" never); "auto" from AUTO_MIN_KEYS cached key positions over the batch (H100 A/B in

@@ -932,6 +932,8 @@ def can_implement(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     """None when latent_decode_kernel runs this flash_attn_with_kvcache call, else why the Triton kernel does."""
     from ..portable.kvcache import v_is_k_view
 
+    if k_cache.numel() == 0:  # an empty cache: the Triton kernel writes out 0 and lse +inf
+        return "no keys (a descriptor needs a non-empty tensor)"
     if common.INTERPRET:
         return "the Triton interpreter cannot run Gluon"
     if not runs_sm90a(q):
