@@ -167,6 +167,32 @@ def test_zero_length_sequences():
     assert torch.count_nonzero(k.grad) == 0 and torch.count_nonzero(v.grad) == 0
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_empty_calls_stay_off_the_gluon_kernels(head_dim):
+    # no query rows, or no keys, at the Gluon kernels' head dims: their descriptors need non-empty tensors, so these
+    # calls stay on the portable kernels (which answer without a launch) under "gluon" as well: out 0 and lse +inf
+    # where there is no key, zero gradients
+    import flashattn2
+    from flashattn2.kernels import backends
+
+    backend = flashattn2.get_backend()
+    try:
+        for choice in ("auto", "gluon") if backends.GLUON_AVAILABLE else ("auto",):
+            flashattn2.set_backend(choice)
+            for rows, keys in ((0, 5), (7, 0)):
+                q = randn(2, rows, 2, head_dim, dtype=torch.bfloat16, requires_grad=True)
+                k, v = (randn(2, keys, 2, head_dim, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+                chosen = flashattn2.attention_backend(q, k, v)
+                assert chosen.forward == "triton" and chosen.backward == "triton", chosen
+                assert "empty tensor" in chosen.reason, chosen.reason
+                out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)
+                assert out.shape == q.shape and (out == 0).all() and (lse == float("inf")).all()
+                out.float().sum().backward()
+                assert all(torch.count_nonzero(x.grad) == 0 for x in (q, k, v))
+    finally:
+        flashattn2.set_backend(backend)
+
+
 def test_the_pass_rule_can_fail():
     """A 2% error in the softmax scale, or a causal mask left out, must be caught by check_attention."""
     from flashattn2.kernels import common

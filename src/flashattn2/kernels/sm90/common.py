@@ -294,6 +294,8 @@ def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tenso
                   dtypes=(torch.float16, torch.bfloat16), unlike_v: int = 0) -> str | None:
     """What keeps a call off a Gluon kernel (sm90.forward's or sm90.backward's) for reasons both share, or None.
     unlike_v: the caller takes a value head dim unlike the query's, that of the last unlike_v tensors."""
+    if any(t.numel() == 0 for t in (q, *tensors)):  # the portable kernels answer empty calls without a launch
+        return "an empty tensor (no query rows or no keys: a descriptor needs a non-empty tensor)"
     if common.INTERPRET:
         return "the Triton interpreter cannot run Gluon"
     if not runs_sm90a(q):

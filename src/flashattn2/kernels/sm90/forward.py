@@ -1093,8 +1093,6 @@ def attention_fwd_sm90_kernel(
 def can_implement(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttnOptions,
                   return_probs: bool) -> str | None:
     """None when this kernel runs the call, else what keeps it on the portable kernels."""
-    if k.numel() == 0:
-        return "no keys (a descriptor needs a non-empty tensor)"
     dropout = opts.dropout_p > 0.0 or return_probs
     if v.shape[-1] != q.shape[-1]:  # MLA: Q and K in 64-column tiles, V and O at their own head dim
         if (q.shape[-1], v.shape[-1]) not in CONFIGS_MLA:
