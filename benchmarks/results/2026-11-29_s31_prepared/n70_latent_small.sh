@@ -10,6 +10,10 @@ set -uo pipefail
 export PYTHONPATH=$PWD/src:$PWD/scripts PYTHONUNBUFFERED=1
 L=$OUT/log.txt
 python3 -c 'import torch, triton; print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__)' | tee $L
+# first the GPU tests of this session's host rules (run on CPU only so far): empty calls under "gluon", the empty
+# latent cache
+timeout 120 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_attention.py tests/test_mla.py \
+  -k "empty_calls or empty_cache" -rfE 2>&1 | tail -n 3 | tee -a $L
 mkdir -p $OUT/r
 timeout 150 python3 benchmarks/bench_sinks_mla.py --only latent --latent-batches 1,2,4 --latent-backends triton,gluon \
   --out-dir $OUT/r --tag latent_auto_small 2>&1 | grep -v Warn | grep -E "latent|wrote|Error|error" | tee -a $L
