@@ -341,7 +341,7 @@ def test_latent_seesaw_by_keys_per_program(monkeypatch):
 
 def test_latent_decoding_over_an_empty_cache():
     # a cache with no key positions: the Gluon kernel declines it (a TMA descriptor takes no zero-sized dimension)
-    # and the Triton kernel answers, under "gluon" too: out 0, lse +inf (no key), as an empty range in any split
+    # and the Triton kernel answers, under "gluon" too: out 0, lse +inf (no key)
     from flashattn2.kernels import backends
 
     if backends.GLUON_AVAILABLE:

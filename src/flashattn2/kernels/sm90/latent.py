@@ -83,9 +83,9 @@ MAXNREG = {4: 96, 2: 168}
 # loader read the block table before its stage wait (_load_tile; eighteenth session): against SCORE_WGS=2 at batch
 # 64, H100 two runs 0 to +11% (6 of 6 rows level or faster), H200 four runs +3 to +9% in 11 rows of 12 (one -5%).
 # SPLIT_SCORES_FROM 0, the seesaw for every call (4096 before: the split calls of batches 1-32, 125-2k keys a
-# program, took one scores warpgroup). Kernel time (CUDA-graph replay) over one scores warpgroup's, H200, two runs
-# (2026-11-29, benchmarks/NOTES.md thirty-first session): 0.82-0.96 at 256-2k keys a program (batch 8 16k 0.82-0.87,
-# batch 32 4k 0.81-0.86), 0.97 at 125-248 (batch 1-2 at 4k-16k), level where the seesaw ran already
+# program, took one scores warpgroup). Kernel time (CUDA-graph replay) over one scores warpgroup's, H200, three runs
+# (2026-11-29, benchmarks/NOTES.md thirty-first session): 0.81-0.96 at 256-2k keys a program (batch 8 16k 0.82-0.87,
+# batch 32 4k 0.81-0.86), 0.96-0.98 at 128-249 (batch 1-2 at 4k-16k), level where the seesaw ran already
 # READY_PARTS (SEESAW): a key tile's nine 64-column loads complete on this many barriers (1, 2, 3 or 9; part p the
 # chunks [9p / PARTS, 9(p + 1) / PARTS)), so that S's wgmmas start on a tile's first columns while the rest land (a
 # stage is reloaded only once both consumers are done with it, so each S waited for its whole 72 KB).
