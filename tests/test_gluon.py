@@ -1398,10 +1398,10 @@ def test_descriptors_view_packed_batches_as_one_batch_entry():
 
     layout = shared_layout([1, 64, 1, 64], torch.float16)
     dense = torch.empty(2, 100, 3, 64, dtype=torch.float16)
-    d = descriptor(dense, [1, 64, 1, 64], layout)
+    d = descriptor(dense, [1, 64, 1, 64], layout).descriptor()
     assert (list(d.shape), list(d.strides)) == ([2, 100, 3, 64], list(dense.stride()))
     packed = torch.empty(150, 3, 64, dtype=torch.float16)
-    p = descriptor(packed, [1, 64, 1, 64], layout)
+    p = descriptor(packed, [1, 64, 1, 64], layout).descriptor()
     assert list(p.shape) == [1, 150, 3, 64] and list(p.strides)[1:] == list(packed.stride())
 
 
@@ -1417,3 +1417,38 @@ def test_the_backend_is_chosen_once_per_shape_and_option_set(monkeypatch):
     flashattn2.set_backend(backends.get_backend())  # drops the plans: the next call chooses again
     backends.forward_plan(q, q, q, options)
     assert calls == [1]
+
+
+@pytest.mark.gpu
+@hopper
+def test_gluon_launches_keep_their_encoded_descriptors():
+    # Triton 3.6's launcher encodes every TMA descriptor on each call; a Launch keeps them by address and shape
+    # (launch._Encoded). Each call must equal Triton's own path, and a new address must get its own descriptor.
+    import triton
+
+    from flashattn2.kernels.sm90.forward import Sm90ForwardPlan
+
+    def call(q, k, v):
+        return flash_attn_func(q, k, v, causal=True, return_attn_probs=True)[:2]
+
+    flashattn2.set_backend("gluon")
+    try:
+        torch.manual_seed(31)
+        q, k, v = (randn(2, 333, 4, 128, dtype=torch.bfloat16) for _ in range(3))
+        first = call(q, k, v)  # through Triton: compiles, fixes the Launch
+        plan = next(p for p in backends._plans.values() if isinstance(p, Sm90ForwardPlan))
+        encoded = plan.attend._encoded
+        assert encoded is not None or not triton.__version__.startswith("3.6.")
+        assert all(map(torch.equal, call(q, k, v), first))
+        q2, k2, v2 = (randn(2, 333, 4, 128, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        out, lse = call(q2, k2, v2)
+        dout = randn(*out.shape, dtype=torch.bfloat16)
+        out.backward(dout)
+        check_attention(q2, k2, v2, out, lse, (q2.grad, k2.grad, v2.grad), dout, causal=True)
+        if encoded is not None:
+            assert [len(kept) for _, _, kept in encoded.slots][:3] == [2, 2, 2]  # q, k, v: two addresses each
+            plan.attend._encoded = None  # Triton's launcher encodes them again: the same output, bit for bit
+            again = call(q2.detach(), k2.detach(), v2.detach())
+            assert torch.equal(again[0], out.detach()) and torch.equal(again[1], lse)
+    finally:
+        flashattn2.set_backend(os.environ.get("FLASHATTN2_BACKEND", "auto"))

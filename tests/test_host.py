@@ -91,6 +91,92 @@ def test_launch_fast_path_passes_defaults_of_arguments_left_out(fast_launch):
     assert kernel.calls[-1] == ("fast", (1, 1, 1, 7, "fn", "meta", None, None, None, x, 5, None, 128))
 
 
+def _triton36_launcher(module, indices, metas, scratch=0):
+    """A compiled kernel's launcher laid out as triton 3.6's CudaLauncher: `launch` a closure over the C launcher that
+    encodes each descriptor argument (module.make_tensordesc_arg) on every call; the C launcher records its
+    arguments."""
+    raw_calls = []
+
+    def wrap(launcher, tensordesc_indices, tensordesc_meta):
+        def inner(*args, encode=module.make_tensordesc_arg):  # a default, not a closure cell: 3.6's three cells
+            final, j = list(args[:13]), 0
+            for i, arg in enumerate(args[13:]):
+                if i in tensordesc_indices:
+                    final.extend(encode(arg, tensordesc_meta[j]))
+                    j += 1
+                else:
+                    final.append(arg)
+            return launcher(*final)
+        return inner
+
+    class CudaLauncher:
+        global_scratch_size = profile_scratch_size = scratch
+        launch_cooperative_grid, launch_pdl = False, True
+
+        def __init__(self):
+            self.launch = wrap(lambda *a: raw_calls.append(a), set(indices), metas)
+
+        def __call__(self, gx, gy, gz, stream, function, *args):
+            self.launch(gx, gy, gz, stream, function, self.launch_cooperative_grid, self.launch_pdl, None, None,
+                        *args)
+
+    CudaLauncher.__module__ = module.__name__
+    return CudaLauncher(), raw_calls
+
+
+@pytest.mark.parametrize("scratch", [0, 1])
+def test_launch_encodes_a_descriptor_once_per_address_and_shape(fast_launch, monkeypatch, scratch):
+    # Triton 3.6's launcher encodes every descriptor on every call; Launch hands the C launcher what that step would
+    # give, encoded once per (address, shape, strides). A launcher that allocates scratch: Triton's path every call.
+    import sys
+    import types
+    from collections import namedtuple
+
+    module = types.ModuleType("fake_triton36_driver")
+    encodes = []
+
+    def make_tensordesc_arg(desc, meta):
+        encodes.append(desc.base.data_ptr())
+        return [("map", desc.base.data_ptr(), tuple(desc.shape), tuple(desc.block_shape), meta), *desc.shape,
+                *desc.strides]
+
+    module.make_tensordesc_arg, module._BASE_ARGS_FORMAT_LEN = make_tensordesc_arg, 13
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    run, raw_calls = _triton36_launcher(module, [0, 2], ["meta-q", "meta-k"], scratch)
+    compiled = types.SimpleNamespace(run=run, function="fn", packed_metadata="meta")
+    triton_calls = []
+
+    class Kernel(_FakeKernel):
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: triton_calls.append(args) or compiled
+
+    kernel = Kernel()
+    kernel.arg_names = ["Q", "X", "K", "n", "BLOCK"]
+    Desc = namedtuple("Desc", "base shape strides block_shape layout")
+    q, k, x = torch.zeros(2, 8, 1, 16), torch.zeros(2, 8, 1, 16), torch.zeros(4)
+    fixed = launch.Launch(kernel, (3, 2, 1), (), dict(n=5, BLOCK=64), 4, 1)
+
+    def tiles(t):
+        return launch.Tiles(t, [1, 4, 1, 16], "layout", Desc)
+
+    fixed(tiles(q), x, tiles(k))
+    assert triton_calls[-1][0] == Desc(q, [2, 8, 1, 16], list(q.stride()), [1, 4, 1, 16], "layout")
+    ours = []
+    for args in ((q, x, k), (q, x, k), (q.clone(), x, k), (q.view(2, 8, 2, 8), x, k)):
+        before = len(encodes)
+        fixed(*(tiles(a) if a is not x else a for a in args))
+        got, ours = raw_calls[-1], ours + encodes[before:]
+        # what Triton's own path gives the C launcher for the same call
+        run(3, 2, 1, 7, "fn", "meta", None, None, None, *(Desc(a, list(a.shape), list(a.stride()), [1, 4, 1, 16],
+                                                                 "layout") if a is not x else a for a in args), 5, 64)
+        assert got == raw_calls[-1]
+    if scratch:
+        assert len(ours) == 2 * 4  # q and k on every call
+    else:
+        # q and k on the first fast call; then the new q; then q of another shape at the same address
+        assert ours == [q.data_ptr(), k.data_ptr(), ours[2], q.data_ptr()] and ours[2] != q.data_ptr()
+
+
 def test_hooks_are_seen():
     import triton
 

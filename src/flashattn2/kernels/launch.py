@@ -8,9 +8,15 @@ later calls hand the tensors and the stored scalars straight to the compiled ker
 That is only valid while Triton would pick the same compiled kernel: the owner of a Launch (a plan
 in portable/forward.py, backward.py) keys it on everything Triton specialises on besides the stored values,
 that is the dtypes and the 16-byte alignment of the tensors.
+
+A TMA descriptor argument is passed as Tiles (the tensor, its tile shape and shared-memory layout). Triton's
+launcher encodes every descriptor on every call (TensorDescriptor's checks, then cuTensorMapEncodeTiled: much of a
+Gluon launch's host time, benchmarks/NOTES.md); a Launch encodes one once per base address and geometry, with
+Triton's own encoder.
 """
 
 import contextlib
+import sys
 
 import triton
 
@@ -42,6 +48,80 @@ def _current_stream() -> int:
     return _stream_of()
 
 
+class Tiles:
+    """x read through a TMA descriptor of `block` tiles: `kind` (Triton's or Gluon's TensorDescriptor) is built only
+    where Triton's own path needs one; otherwise Launch reuses the descriptor encoded for the same address and shape."""
+
+    __slots__ = ("x", "block", "layout", "kind")
+
+    def __init__(self, x, block: list[int], layout, kind) -> None:
+        self.x, self.block, self.layout, self.kind = x, block, layout, kind
+
+    def descriptor(self):
+        x = self.x
+        extra = () if self.layout is None else (self.layout,)
+        return self.kind(x, list(x.shape), list(x.stride()), self.block, *extra)
+
+
+def _plain(tensors: tuple) -> tuple:
+    return tuple(t.descriptor() if type(t) is Tiles else t for t in tensors)
+
+
+class _Encoded:
+    """Triton 3.6's launcher below the step that encodes descriptor arguments (CudaLauncher.launch, a closure over
+    the compiled C launcher): each Tiles argument's descriptor, encoded by Triton's own make_tensordesc_arg, is kept
+    by (address, shape, strides), which with the launch's fixed dtype, tile and layout is all it encodes."""
+
+    __slots__ = ("raw", "slots", "encode", "flags")
+    LIMIT = 256  # descriptors kept a position: a stream of new addresses must not grow it without bound
+
+    def __init__(self, raw, positions, metas, encode, flags) -> None:
+        self.raw, self.encode, self.flags = raw, encode, flags
+        self.slots = tuple((p, meta, {}) for p, meta in zip(positions, metas, strict=True))
+
+    @classmethod
+    def of(cls, compiled, tensors: tuple):
+        """The direct launcher for this compiled kernel, or None where Triton's launcher is not laid out as in 3.6
+        (other versions take Triton's path, which encodes each call) or a descriptor is not a positional Tiles."""
+        run = compiled.run
+        inner = getattr(run, "launch", None)
+        code, cells = getattr(inner, "__code__", None), getattr(inner, "__closure__", None)
+        module = sys.modules.get(type(run).__module__)
+        encode = getattr(module, "make_tensordesc_arg", None)
+        if code is None or not cells or encode is None or getattr(module, "_BASE_ARGS_FORMAT_LEN", None) != 13:
+            return None
+        free = dict(zip(code.co_freevars, (c.cell_contents for c in cells), strict=True))
+        if set(free) != {"launcher", "tensordesc_indices", "tensordesc_meta"}:
+            return None
+        if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+            return None  # the launcher would allocate scratch each call
+        positions, metas = sorted(free["tensordesc_indices"]), free["tensordesc_meta"]
+        # metadata None: the descriptor goes as pointer, shapes and strides, holding the tensor; not kept
+        if len(metas) != len(positions) or any(m is None for m in metas):
+            return None
+        if any(p >= len(tensors) or type(tensors[p]) is not Tiles for p in positions):
+            return None
+        flags = (run.launch_cooperative_grid, run.launch_pdl)
+        return cls(free["launcher"], positions, metas, encode, flags)
+
+    def __call__(self, grid, stream, compiled, tensors: tuple, tail: tuple) -> None:
+        args, start = [], 0
+        for p, meta, kept in self.slots:
+            args += tensors[start:p]
+            x = tensors[p].x
+            key = (x.data_ptr(), x.shape, x.stride())
+            encoded = kept.get(key)
+            if encoded is None:
+                if len(kept) >= self.LIMIT:
+                    kept.clear()
+                encoded = kept[key] = tuple(self.encode(tensors[p].descriptor(), meta))
+            args += encoded
+            start = p + 1
+        args += tensors[start:]
+        self.raw(grid[0], grid[1], grid[2], stream, compiled.function, *self.flags, None, None,
+                 compiled.packed_metadata, None, None, None, *args, *tail)
+
+
 class Launch:
     """kernel[grid](*tensors, *scalars, **named, num_warps=..., num_stages=...) for varying tensors.
 
@@ -50,7 +130,7 @@ class Launch:
     AttnOptions.kernel_args() gives), those this kernel lacks are left out; any other name it lacks is an error."""
 
     __slots__ = ("kernel", "grid", "scalars", "named", "num_warps", "num_stages", "options", "compiling", "_compiled",
-                 "_tail")
+                 "_tail", "_tiles", "_encoded")
 
     def __init__(self, kernel, grid: tuple[int, int, int], scalars: tuple, named: dict, num_warps: int = 4,
                  num_stages: int = 2, options: dict | None = None, compiling=None) -> None:
@@ -65,17 +145,22 @@ class Launch:
         self.options = options or {}
         # a context manager entered around Triton's path, which compiles (sm90's free_registers)
         self.compiling = compiling or contextlib.nullcontext
-        self._compiled = self._tail = None
+        self._compiled = self._tail = self._encoded = None
+        self._tiles = False
 
     def __call__(self, *tensors) -> None:
         compiled = self._compiled
         if compiled is not None and not _hooks_set():
+            if self._encoded is not None:
+                self._encoded(self.grid, _current_stream(), compiled, tensors, self._tail)
+                return
             g = self.grid
             compiled.run(g[0], g[1], g[2], _current_stream(), compiled.function, compiled.packed_metadata, None, None,
-                         None, *tensors, *self._tail)
+                         None, *(_plain(tensors) if self._tiles else tensors), *self._tail)
             return
+        plain = _plain(tensors)
         with self.compiling():
-            compiled = self.kernel[self.grid](*tensors, *self.scalars, **self.named, num_warps=self.num_warps,
+            compiled = self.kernel[self.grid](*plain, *self.scalars, **self.named, num_warps=self.num_warps,
                                               num_stages=self.num_stages, **self.options)
         if not INTERPRET and compiled is not None:
             # every argument after the tensors, in the kernel's parameter order
@@ -85,6 +170,8 @@ class Launch:
             self._tail = (*self.scalars, *[self.named[name] if name in self.named else defaults[name]
                                            for name in names])
             self._compiled = compiled
+            self._tiles = any(type(t) is Tiles for t in tensors)
+            self._encoded = _Encoded.of(compiled, tensors) if self._tiles else None
 
 
 class PlanCache(dict):

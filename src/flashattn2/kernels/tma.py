@@ -13,6 +13,7 @@ import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .common import INTERPRET, has_tma
+from .launch import Tiles
 
 _ALIGN_BYTES = 16
 
@@ -41,8 +42,7 @@ def one_batch(x: torch.Tensor) -> torch.Tensor:
     return x.unsqueeze(0) if x.dim() == 3 else x
 
 
-def row_tiles(x: torch.Tensor, block_rows: int, block_d: int) -> TensorDescriptor:
+def row_tiles(x: torch.Tensor, block_rows: int, block_d: int) -> Tiles:
     """A descriptor over x (batch, seqlen, heads, head_dim), or a packed x as one_batch, handing out
-    (block_rows, block_d) tiles of one (batch, head)."""
-    x = one_batch(x)
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), [1, block_rows, 1, block_d])
+    (block_rows, block_d) tiles of one (batch, head); a Launch argument (launch.Tiles)."""
+    return Tiles(one_batch(x), [1, block_rows, 1, block_d], None, TensorDescriptor)

@@ -13,6 +13,7 @@ from ..common import runs_sm90a
 from ..device.block_list import partial_visible, visit_block
 from ..device.seqlen_info import sequence_bounds
 from ..device.tile_order import ITEM_BITS, sectioned_item
+from ..launch import Tiles
 from ..tma import one_batch, tma_usable
 from .gluon_api import TensorDescriptor, aggregate, gl, gluon, shared_layout
 
@@ -315,11 +316,11 @@ def sm90_declines(q: torch.Tensor, head_dims, kernel: str, dropout: bool, *tenso
     return None
 
 
-def descriptor(x: torch.Tensor, block: list[int], layout) -> TensorDescriptor:
-    """A TMA descriptor handing out `block` tiles of x: 4-D (batch, rows, heads, head_dim); a packed batch
-    (total, heads, head_dim) is one (1, total, heads, head_dim) view (tma.one_batch)."""
-    x = one_batch(x)
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
+def descriptor(x: torch.Tensor, block: list[int], layout) -> Tiles:
+    """A TMA descriptor handing out `block` tiles of x, as a Launch argument (launch.Tiles: encoded once per address):
+    4-D (batch, rows, heads, head_dim); a packed batch (total, heads, head_dim) is one (1, total, heads, head_dim) view
+    (tma.one_batch)."""
+    return Tiles(one_batch(x), block, layout, TensorDescriptor)
 
 
 # the Gluon kernels' tuple arguments: (row, head) strides of O, (batch, head) of the row statistics, (batch, row,

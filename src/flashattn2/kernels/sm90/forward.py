@@ -60,7 +60,6 @@ from .common import (
     wgmma_layout,
 )
 from .gluon_api import (
-    TensorDescriptor,
     aggregate,
     fence_async_shared,
     gl,
@@ -1210,7 +1209,7 @@ class Sm90ForwardPlan:
         elif self.fp8:
             # (batch, heads, head_dim, keys) with keys padded to and relabelled within 64s (_keep_p)
             vt = v_keys_last(v, multiple=RELABEL_KEYS, relabel=True)
-            v_desc = TensorDescriptor(vt, list(vt.shape), list(vt.stride()), self.v_block, self.v_layout)
+            v_desc = descriptor(vt, self.v_block, self.v_layout)
             o_desc = None  # bf16 O leaves through pointer stores
         elif self.mla:
             v_desc, o_desc = descriptor(v, self.v_block, self.v_layout), None  # pointer stores

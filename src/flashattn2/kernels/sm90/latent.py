@@ -28,9 +28,8 @@ from ..common import cdiv, runs_sm90a
 from ..launch import Launch
 from ..portable.kvcache import cache_geometry, cache_sequence
 from ..tma import tma_usable
-from .common import free_phase, free_registers, p_layout, ready_phase, wgmma_layout
+from .common import descriptor, free_phase, free_registers, p_layout, ready_phase, wgmma_layout
 from .gluon_api import (
-    TensorDescriptor,
     aggregate,
     fence_async_shared,
     gl,
@@ -998,9 +997,8 @@ class LatentLaunch:
 
     def __call__(self, q, k_cache, v_cache, out, lse, flag, cache_seqlens, cache_leftpad, cache_batch_idx,
                  block_table, *unused) -> None:
-        q_desc = TensorDescriptor(q, list(q.shape), list(q.stride()), self.q_block, self.q_layout)
-        k_desc = TensorDescriptor(k_cache, list(k_cache.shape), list(k_cache.stride()), self.k_block, self.k_layout)
-        self.launch(q_desc, k_desc, out, lse, flag, cache_seqlens, cache_batch_idx, block_table)
+        self.launch(descriptor(q, self.q_block, self.q_layout), descriptor(k_cache, self.k_block, self.k_layout), out,
+                    lse, flag, cache_seqlens, cache_batch_idx, block_table)
 
 
 def compile_for_sm90(dtype: torch.dtype = torch.bfloat16, **flags):
