@@ -2,10 +2,12 @@
 benches) beside the host time of one call (back-to-back calls, no sync between them: how fast Python enqueues),
 under the backend auto picks and forced ones.
 
-    PYTHONPATH=src python scripts/host_vs_gpu.py [--out FILE.json]
+    PYTHONPATH=src python scripts/host_vs_gpu.py [--out FILE.json] [--latent]
 
 16k tokens a batch, hidden 2048, non-causal (the benches' shapes). A call whose host time reaches its GPU time
-leaves the GPU idle between calls in a tight loop (what ab_triton_fwd.py's package column measures).
+leaves the GPU idle between calls in a tight loop (what ab_triton_fwd.py's package column measures). --latent:
+instead, MLA latent decoding (flash_attn_with_kvcache, 576/512, 128 heads, one cached token in the new query's
+place) at small batches, dense and paged, under Triton and Gluon.
 """
 
 import argparse
@@ -21,6 +23,7 @@ import flashattn2
 from flashattn2 import flash_attn_func, quantize_fp8
 
 CASES = [(128, 512, True), (128, 768, True), (64, 512, True), (256, 512, True), (128, 512, False)]
+LATENT_CASES = [(1, 4096), (4, 4096), (8, 4096), (1, 16384)]  # (batch, cached keys)
 
 
 def bench_inputs(head_dim: int, seqlen: int, fp8: bool) -> tuple:
@@ -49,10 +52,39 @@ def host_us(fn, calls: int = 200, repeats: int = 5) -> float:
     return best / calls * 1e6
 
 
+def latent_rows() -> list:
+    from flashattn2 import flash_attn_with_kvcache
+
+    rows = []
+    for batch, cache in LATENT_CASES:
+        kv = torch.randn(batch, cache, 1, 576, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(batch, 1, 128, 576, device="cuda", dtype=torch.bfloat16)
+        seqlens = torch.full((batch,), cache, device="cuda", dtype=torch.int32)
+        pages = kv.view(-1, 64, 1, 576)
+        table = torch.arange(pages.shape[0], device="cuda", dtype=torch.int32).view(batch, -1)
+        for layout, k_cache, block_table in (("dense", kv, None), ("paged 64", pages, table)):
+            for backend in ("triton", "gluon"):
+                flashattn2.set_backend(backend)
+                fn = functools.partial(flash_attn_with_kvcache, q, k_cache, k_cache[..., :512], cache_seqlens=seqlens,
+                                       block_table=block_table)
+                row = dict(batch=batch, cache=cache, layout=layout, backend=backend, host_us=host_us(fn),
+                           gpu_us=triton.testing.do_bench(fn, warmup=10, rep=50) * 1e3)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    flashattn2.set_backend("auto")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--latent", action="store_true", help="latent decoding's small calls instead")
     args = ap.parse_args()
+    if args.latent:
+        rows = latent_rows()
+        if args.out:
+            write_rows(args.out, rows)
+        return
     rows = []
     for head_dim, seqlen, fp8 in CASES:
         q, k, v, kw = bench_inputs(head_dim, seqlen, fp8)
