@@ -199,24 +199,20 @@ def flex_backward(dout, q, k, v, out, lse, block_mask, scale: float, bits, q_ids
 
 def kvcache_hopper():
     """flash_attn_with_kvcache's maker of a Gluon attend (sm90/latent.py: MLA's latent cache), for
-    portable.kvcache.KVCachePlan, or None. "auto" takes it where latent.can_implement does and latent.auto_declines
-    does not: 1.4-2.5x the Triton kernel from batch 8, 1.3-1.9x at batch 1 with 64k keys (H100, benchmarks/NOTES.md)."""
+    portable.kvcache.KVCachePlan, or None. "auto" takes it wherever latent.can_implement does: 1.4-2.5x the Triton
+    kernel from batch 8 (H100), 1.1-1.8x at batch 1-4 with 4k-16k keys (H200; benchmarks/NOTES.md, session 32)."""
     if _choice == "triton" or not GLUON_AVAILABLE:
         return None
     from .portable.cu_seqlens import KVCACHE_WORD
     from .sm90 import latent
 
-    choice = _choice
-
     def make(q, k_cache, v_cache, k_new, cache_seqlens, cache_leftpad, cache_batch_idx, block_table, opts,
              num_splits, o_strides, l_strides):
         if latent.can_implement(q, k_cache, v_cache, k_new, cache_leftpad, block_table, opts) is not None:
             return None
-        if choice == "auto" and latent.auto_declines(q, k_cache, block_table) is not None:
-            return None
         return latent.LatentLaunch(q, k_cache, block_table, cache_seqlens, cache_batch_idx, opts, num_splits,
                                    o_strides, l_strides, int(KVCACHE_WORD.value))
 
-    # what decides the plan it makes: KVCachePlan caches by it (auto and gluon choose differently)
-    make.key = ("sm90-latent", choice, tuple(sorted(latent.LATENT_TUNING.items())))
+    # what decides the plan it makes: KVCachePlan caches by it ("auto" and "gluon" take the same calls)
+    make.key = ("sm90-latent", tuple(sorted(latent.LATENT_TUNING.items())))
     return make

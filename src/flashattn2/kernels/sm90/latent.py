@@ -958,19 +958,6 @@ def can_implement(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     return None
 
 
-# "auto" takes the kernel from this many cached key positions over the batch (batch x capacity): below it, one
-# sequence of <= 16k keys, the Triton kernel measured as fast or faster (H100, benchmarks/NOTES.md: launch-bound rows)
-AUTO_MIN_KEYS = 32768
-
-
-def auto_declines(q: torch.Tensor, k_cache: torch.Tensor, block_table) -> str | None:
-    """Why "auto" keeps a call this kernel can run on the Triton kernel (static shapes only: no sync)."""
-    keys = q.shape[0] * cache_geometry(k_cache, block_table)[2]
-    if keys < AUTO_MIN_KEYS:
-        return f"{keys} cached key positions (batch x capacity): the Triton kernel is as fast below {AUTO_MIN_KEYS}"
-    return None
-
-
 class LatentLaunch:
     """KVCachePlan's attend for the calls can_implement takes: the same call (tensors as kvcache_attention_kernel's
     launch gets them), o_strides / l_strides the plan's (split, batch, row, head) strides of Out and Lse."""
