@@ -2,12 +2,14 @@
 benches) beside the host time of one call (back-to-back calls, no sync between them: how fast Python enqueues),
 under the backend auto picks and forced ones.
 
-    PYTHONPATH=src python scripts/host_vs_gpu.py [--out FILE.json] [--latent]
+    PYTHONPATH=src python scripts/host_vs_gpu.py [--out FILE.json] [--latent | --kept-ab]
 
 16k tokens a batch, hidden 2048, non-causal (the benches' shapes). A call whose host time reaches its GPU time
 leaves the GPU idle between calls in a tight loop (what ab_triton_fwd.py's package column measures). --latent:
 instead, MLA latent decoding (flash_attn_with_kvcache, 576/512, 128 heads, one cached token in the new query's
-place) at small batches, dense and paged, under Triton and Gluon.
+place) at small batches, dense and paged, under Triton and Gluon. --kept-ab: host time of Gluon calls with the
+launches' kept TMA descriptors (launch._Encoded) against Triton's launcher encoding them on every call, alternating
+in one process.
 """
 
 import argparse
@@ -75,13 +77,68 @@ def latent_rows() -> list:
     return rows
 
 
+def _kept_launches() -> list:
+    import gc
+
+    from flashattn2.kernels.launch import Launch
+
+    return [o for o in gc.get_objects() if type(o) is Launch and o._encoded is not None]
+
+
+def kept_ab_rows(rounds: int = 6) -> list:
+    """Each case's host time, descriptors kept against encoded each call (the Launches' _encoded set aside), in
+    alternating rounds within one process: the spread between processes was as large as the effect (session 32)."""
+    from flashattn2 import flash_attn_with_kvcache
+
+    flashattn2.set_backend("gluon")
+    kv = torch.randn(8, 4096, 1, 576, device="cuda", dtype=torch.bfloat16)
+    q1, q8 = (torch.randn(b, 1, 128, 576, device="cuda", dtype=torch.bfloat16) for b in (1, 8))
+    pages = kv.view(-1, 64, 1, 576)
+    table = torch.arange(pages.shape[0], device="cuda", dtype=torch.int32).view(8, -1)
+    q, k, v, _ = bench_inputs(128, 512, False)
+    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+    dout = torch.randn_like(q)
+    cases = {
+        "latent batch 1, 4k, dense": functools.partial(flash_attn_with_kvcache, q1, kv[:1], kv[:1, ..., :512]),
+        "latent batch 8, 4k, paged": functools.partial(flash_attn_with_kvcache, q8, pages, pages[..., :512],
+                                                       cache_seqlens=torch.full((8,), 4096, device="cuda",
+                                                                                dtype=torch.int32),
+                                                       block_table=table),
+        "forward bf16 d128 512": functools.partial(flash_attn_func, q, k, v),
+        "forward+backward bf16 d128 512 causal": lambda: flash_attn_func(qg, kg, vg, causal=True).backward(dout),
+    }
+    rows = []
+    for name, fn in cases.items():
+        for _ in range(3):
+            fn()
+        launches = _kept_launches()
+        kept = [o._encoded for o in launches]
+        times = {"kept": [], "encoded each call": []}
+        for r in range(rounds):
+            for arm in (("kept", "encoded each call") if r % 2 == 0 else ("encoded each call", "kept")):
+                for o, e in zip(launches, kept, strict=True):
+                    o._encoded = e if arm == "kept" else None
+                times[arm].append(host_us(fn, repeats=3))
+        for o, e in zip(launches, kept, strict=True):
+            o._encoded = e
+        med = {arm: sorted(t)[len(t) // 2] for arm, t in times.items()}
+        row = dict(case=name, launches=len(launches), **{f"{arm} us": t for arm, t in times.items()},
+                   kept_median_us=med["kept"], encoded_median_us=med["encoded each call"])
+        rows.append(row)
+        print(f"{name:40s} {len(launches)} launches kept: median host {med['kept']:6.1f} µs kept, "
+              f"{med['encoded each call']:6.1f} encoded each call", flush=True)
+    flashattn2.set_backend("auto")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--latent", action="store_true", help="latent decoding's small calls instead")
+    ap.add_argument("--kept-ab", action="store_true", help="kept descriptors against encoding each call instead")
     args = ap.parse_args()
-    if args.latent:
-        rows = latent_rows()
+    if args.latent or args.kept_ab:
+        rows = latent_rows() if args.latent else kept_ab_rows()
         if args.out:
             write_rows(args.out, rows)
         return
