@@ -54,21 +54,26 @@ def host_us(fn, calls: int = 200, repeats: int = 5) -> float:
     return best / calls * 1e6
 
 
-def latent_rows() -> list:
+def latent_calls(batch: int, cache: int) -> dict:
+    """flash_attn_with_kvcache over a full latent cache (576/512, 128 heads, the value cache a view), by layout."""
     from flashattn2 import flash_attn_with_kvcache
 
+    kv = torch.randn(batch, cache, 1, 576, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(batch, 1, 128, 576, device="cuda", dtype=torch.bfloat16)
+    seqlens = torch.full((batch,), cache, device="cuda", dtype=torch.int32)
+    pages = kv.view(-1, 64, 1, 576)
+    table = torch.arange(pages.shape[0], device="cuda", dtype=torch.int32).view(batch, -1)
+    return {layout: functools.partial(flash_attn_with_kvcache, q, k_cache, k_cache[..., :512], cache_seqlens=seqlens,
+                                      block_table=block_table)
+            for layout, k_cache, block_table in (("dense", kv, None), ("paged 64", pages, table))}
+
+
+def latent_rows() -> list:
     rows = []
     for batch, cache in LATENT_CASES:
-        kv = torch.randn(batch, cache, 1, 576, device="cuda", dtype=torch.bfloat16)
-        q = torch.randn(batch, 1, 128, 576, device="cuda", dtype=torch.bfloat16)
-        seqlens = torch.full((batch,), cache, device="cuda", dtype=torch.int32)
-        pages = kv.view(-1, 64, 1, 576)
-        table = torch.arange(pages.shape[0], device="cuda", dtype=torch.int32).view(batch, -1)
-        for layout, k_cache, block_table in (("dense", kv, None), ("paged 64", pages, table)):
+        for layout, fn in latent_calls(batch, cache).items():
             for backend in ("triton", "gluon"):
                 flashattn2.set_backend(backend)
-                fn = functools.partial(flash_attn_with_kvcache, q, k_cache, k_cache[..., :512], cache_seqlens=seqlens,
-                                       block_table=block_table)
                 row = dict(batch=batch, cache=cache, layout=layout, backend=backend, host_us=host_us(fn),
                            gpu_us=triton.testing.do_bench(fn, warmup=10, rep=50) * 1e3)
                 rows.append(row)
@@ -88,22 +93,13 @@ def _kept_launches() -> list:
 def kept_ab_rows(rounds: int = 6) -> list:
     """Each case's host time, descriptors kept against encoded each call (the Launches' _encoded set aside), in
     alternating rounds within one process: the spread between processes was as large as the effect (session 32)."""
-    from flashattn2 import flash_attn_with_kvcache
-
     flashattn2.set_backend("gluon")
-    kv = torch.randn(8, 4096, 1, 576, device="cuda", dtype=torch.bfloat16)
-    q1, q8 = (torch.randn(b, 1, 128, 576, device="cuda", dtype=torch.bfloat16) for b in (1, 8))
-    pages = kv.view(-1, 64, 1, 576)
-    table = torch.arange(pages.shape[0], device="cuda", dtype=torch.int32).view(8, -1)
     q, k, v, _ = bench_inputs(128, 512, False)
     qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
     dout = torch.randn_like(q)
     cases = {
-        "latent batch 1, 4k, dense": functools.partial(flash_attn_with_kvcache, q1, kv[:1], kv[:1, ..., :512]),
-        "latent batch 8, 4k, paged": functools.partial(flash_attn_with_kvcache, q8, pages, pages[..., :512],
-                                                       cache_seqlens=torch.full((8,), 4096, device="cuda",
-                                                                                dtype=torch.int32),
-                                                       block_table=table),
+        "latent batch 1, 4k, dense": latent_calls(1, 4096)["dense"],
+        "latent batch 8, 4k, paged": latent_calls(8, 4096)["paged 64"],
         "forward bf16 d128 512": functools.partial(flash_attn_func, q, k, v),
         "forward+backward bf16 d128 512 causal": lambda: flash_attn_func(qg, kg, vg, causal=True).backward(dout),
     }
@@ -125,7 +121,7 @@ def kept_ab_rows(rounds: int = 6) -> list:
         row = dict(case=name, launches=len(launches), **{f"{arm} us": t for arm, t in times.items()},
                    kept_median_us=med["kept"], encoded_median_us=med["encoded each call"])
         rows.append(row)
-        print(f"{name:40s} {len(launches)} launches kept: median host {med['kept']:6.1f} µs kept, "
+        print(f"{name:40s} {len(launches)} launches kept so far: median host {med['kept']:6.1f} µs kept, "
               f"{med['encoded each call']:6.1f} encoded each call", flush=True)
     flashattn2.set_backend("auto")
     return rows
