@@ -19,6 +19,7 @@ forward at 512 (32 x 512, 32 heads), Gluon, the Triton forward (what auto runs t
     ncu --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy \\
         -k regex:'attention|cudnn|fmha|sdpa' python scripts/profile_gluon.py --case d64c
 
+--case d64nc: the same calls without the causal mask (Gluon's three consumers are what auto runs there).
 --case d128c: the d128 causal forward at 512 (32 x 512, 16 heads) on the Gluon forward, the d128 cell furthest
 below cuDNN; --fwd-tuning KEY=V+... over CONFIGS[128] (a prepared key such as ITEM_OVERLAP=1, once applied).
 --case pipes: non-causal forwards whose exp2 count per matmul FLOP is highest (d64 FP8 and bf16 at 4k, what auto
@@ -89,19 +90,25 @@ def d128c(tuning: str = "") -> None:
     torch.cuda.synchronize()
 
 
-def d64c() -> None:
+def d64(causal: bool = True, tuning: str = "") -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    from tuning_spec import parse
 
+    from flashattn2.kernels.sm90 import forward as kernel
+
+    # --fwd-tuning over the entry the call takes last (CONFIGS_CAUSAL's or CONFIGS_NONCAUSAL's, over CONFIGS')
+    table = kernel.CONFIGS_CAUSAL if causal else kernel.CONFIGS_NONCAUSAL
+    table[64] = dict(table[64], **parse(tuning, kernel.CONFIGS[64]))
     # the package bench's shape (16k tokens, hidden 2048: 32 heads of 64)
     q, k, v = (torch.randn(32, 512, 32, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     for backend in ("gluon", "triton"):
         flashattn2.set_backend(backend)
         for _ in range(2):
-            flash_attn_func(q, k, v, causal=True)
+            flash_attn_func(q, k, v, causal=causal)
     qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):  # the peer, on its own (batch, heads, seqlen, dim) layout
         for _ in range(2):
-            torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+            torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
     torch.cuda.synchronize()
 
 
@@ -123,9 +130,13 @@ def pipes() -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python scripts/profile_gluon.py", description=__doc__.split("\n")[0])
     parser.add_argument("--latent-tuning", default="", help="--case latent: LATENT_TUNING keys, KEY=V joined with +")
-    parser.add_argument("--fwd-tuning", default="", help="--case d128c: CONFIGS[128] keys, KEY=V joined with +")
-    parser.add_argument("--case", choices=("d128", "mla", "latent", "mla2k", "d64c", "d128c", "pipes"), default="d128")
+    parser.add_argument("--fwd-tuning", default="",
+                        help="--case d128c: CONFIGS[128] keys; d64c / d64nc: CONFIGS[64]'s; KEY=V joined with +")
+    parser.add_argument("--case", choices=("d128", "mla", "latent", "mla2k", "d64c", "d64nc", "d128c",
+                                                        "pipes"), default="d128")
     args = parser.parse_args()
     cases = {"d128": d128, "mla": mla, "latent": lambda: latent(args.latent_tuning), "mla2k": lambda: mla(8, 2048),
-             "d64c": d64c, "d128c": lambda: d128c(args.fwd_tuning), "pipes": pipes}
+             "d64c": lambda: d64(True, args.fwd_tuning),
+             "d64nc": lambda: d64(False, args.fwd_tuning),
+             "d128c": lambda: d128c(args.fwd_tuning), "pipes": pipes}
     cases[args.case]()
