@@ -132,11 +132,11 @@ if __name__ == "__main__":
     parser.add_argument("--latent-tuning", default="", help="--case latent: LATENT_TUNING keys, KEY=V joined with +")
     parser.add_argument("--fwd-tuning", default="",
                         help="--case d128c: CONFIGS[128] keys; d64c / d64nc: CONFIGS[64]'s; KEY=V joined with +")
-    parser.add_argument("--case", choices=("d128", "mla", "latent", "mla2k", "d64c", "d64nc", "d128c",
-                                                        "pipes"), default="d128")
+    # each case by name, given the parsed arguments (its choices are these names)
+    cases = {"d128": lambda a: d128(), "mla": lambda a: mla(), "latent": lambda a: latent(a.latent_tuning),
+             "mla2k": lambda a: mla(8, 2048), "d64c": lambda a: d64(True, a.fwd_tuning),
+             "d64nc": lambda a: d64(False, a.fwd_tuning), "d128c": lambda a: d128c(a.fwd_tuning),
+             "pipes": lambda a: pipes()}
+    parser.add_argument("--case", choices=tuple(cases), default="d128")
     args = parser.parse_args()
-    cases = {"d128": d128, "mla": mla, "latent": lambda: latent(args.latent_tuning), "mla2k": lambda: mla(8, 2048),
-             "d64c": lambda: d64(True, args.fwd_tuning),
-             "d64nc": lambda: d64(False, args.fwd_tuning),
-             "d128c": lambda: d128c(args.fwd_tuning), "pipes": pipes}
-    cases[args.case]()
+    cases[args.case](args)
