@@ -61,6 +61,9 @@ VARIANTS = [
     # holding each item's place (PLACED_SCHEDULE)
     (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "HAS_RIGHT": True, "SCHEDULED": True,
                            "PLACED_SCHEDULE=1": True, "MAY_SPILL": True}),
+    # the dQ reduce-adds from the consumers (CONFIGS_MLA's producer issues them, DQ_WRITER), one chunk at a time
+    (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "DQ_WRITER=0": True, "DQ_PAIR=0": True,
+                           "HAS_RIGHT": True, "MAY_SPILL": True}),
     # dK/dV stored from the accumulators (CONFIGS_MLA stores them through shared memory, COALESCED_DKV)
     (192, torch.bfloat16, {"BWD": True, "head_dim_v=128": True, "COALESCED_DKV=0": True, "HAS_RIGHT": True,
                            "MAY_SPILL": True}),

@@ -90,24 +90,28 @@ def test_the_hopper_kernels_take_192_128_only_and_errors_name_the_problem():
                     reason="needs an sm_90 GPU (the Gluon forward)")
 @pytest.mark.parametrize("causal,varlen,deterministic,long,mha", [
     (False, False, False, False, False), (True, False, False, False, False), (True, True, False, False, False),
-    (True, False, True, False, False), (True, False, False, True, False), (True, False, False, False, True)])
-@pytest.mark.parametrize("items", ["64-key", "128-key", "128-key-one-slot-plain-stores"])
+    (True, False, True, False, False), (True, False, False, True, False), (False, False, False, True, False),
+    (True, False, False, False, True)])
+@pytest.mark.parametrize("items", ["64-key", "128-key", "128-key-consumers-add-dq",
+                                   "128-key-one-slot-unpaired-plain-stores"])
 def test_gluon_unlike_value_head_dim(causal, varlen, deterministic, long, mha, items, monkeypatch):
     # the Hopper forward and backward at 192/128 (Q and K in 64-column tiles): cut query and key tiles, GQA, packed
     # sequences, the deterministic backward (dK/dV kernel, dQ from the Triton kernel); long: more work items than
     # SMs, so that programs of the persistent grids take several; mha: one query head a kv head (DeepSeek's MLA
     # trains so), where a work item's step count takes either parity; the backward's 128-key items (CONFIGS_MLA) and
-    # the 64-key ones kept to compare (CONFIGS_MLA_NARROW); warpgroup 0's dQ chunks through one staging buffer or two,
-    # dK/dV out through shared memory (COALESCED_DKV) or with plain stores from the accumulators
+    # the 64-key ones kept to compare (CONFIGS_MLA_NARROW); the dQ reduce-adds issued by the producer warpgroup
+    # (DQ_WRITER, CONFIGS_MLA's) or by the consumers, warpgroup 0's with its dQ chunks through one staging buffer or
+    # two, their matmuls in flight together (DQ_PAIR) or one at a time, dK/dV out through shared memory
+    # (COALESCED_DKV) or with plain stores from the accumulators
     from flashattn2.kernels.sm90 import backward as bwd_sm90
 
     if items == "64-key":
         monkeypatch.setattr(bwd_sm90, "CONFIGS_MLA", bwd_sm90.CONFIGS_MLA_NARROW)
-    else:  # DQ_SPARE_SLOT and COALESCED_DKV as CONFIGS_MLA has them, or both the other way
-        other = items != "128-key"
+    elif items != "128-key":  # without the writer: the other keys as CONFIGS_MLA has them, or all the other way
+        other = items != "128-key-consumers-add-dq"
         monkeypatch.setattr(bwd_sm90, "CONFIGS_MLA", {
-            dims: dict(config, DQ_SPARE_SLOT=config["DQ_SPARE_SLOT"] ^ other,
-                       COALESCED_DKV=config["COALESCED_DKV"] ^ other)
+            dims: dict(config, DQ_WRITER=False, DQ_SPARE_SLOT=config["DQ_SPARE_SLOT"] ^ other,
+                       DQ_PAIR=config["DQ_PAIR"] ^ other, COALESCED_DKV=config["COALESCED_DKV"] ^ other)
             for dims, config in bwd_sm90.CONFIGS_MLA.items()})
     torch.manual_seed(3)
     flashattn2.set_backend("gluon")  # drops plans made with the other tuning

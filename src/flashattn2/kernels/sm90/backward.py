@@ -96,11 +96,19 @@ MLA_QK_DIM, MLA_CHUNK = gl.constexpr(192), gl.constexpr(64)
 # dQ reduce-adds and Q/dO reads per FLOP; backward 1.03-1.08x cuDNN's time causal at 2k-16k where they ran
 # 1.25-1.32x (bf16, H100, 2026-11-25, benchmarks/NOTES.md)
 CONFIGS_MLA = {(192, 128): dict(BLOCK_M=32, STAGES=3, FUSED_DQ=True, SPLIT_D=False, PERSISTENT=True, DQ_ROWS=False,
-                                COALESCED_DKV=True, L2_SECTIONS=0, FREE_REGS=True, DQ_SPARE_SLOT=True)}
+                                COALESCED_DKV=True, L2_SECTIONS=0, FREE_REGS=True, DQ_SPARE_SLOT=True,
+                                DQ_WRITER=True, DQ_PAIR=True)}
 # COALESCED_DKV (dK chunk 0 and dV through shared memory into 16-byte row pieces): whole backward 0.966-0.993 of
 # the plain stores' time at 2k-16k causal, two runs (H200, 2026-11-28); sm_90 spill stores 116 -> 128 bytes
 # (not located). L2_SECTIONS 1 and 2 (longest items first over L2-sized sections, which a list-scheduling model put at
 # +5-7% at 2k-8k) measured 0.98-1.04, so off
+# DQ_WRITER: the producer warpgroup issues the dQ reduce-adds (_dq_write) from two sets of staging buffers, so the
+# consumers stage, fence and arrive but never wait on a reduce-add; a warp of its own does not fit (the consumers'
+# 240 registers leave the producer warpgroup 24). DQ_PAIR: warpgroup 0 keeps both its dQ chunks' matmuls in flight
+# before it stages either. Whole backward time over the consumers' reduce-adds, causal 2k / 4k / 8k / 16k, two runs
+# of 8 alternating rounds (H200, 2026-11-29, benchmarks/results/2026-11-29_s34_ab): both 0.982 / 0.977 / 0.991 /
+# 0.994 and 0.982 / 0.985 / 0.967 / 0.992; DQ_WRITER alone 0.992-1.009, DQ_PAIR alone 0.988-0.997. 226 KB of shared
+# memory (the writer's second set: 24 KB), 16 fewer spill bytes. DQ_SPARE_SLOT then applies only without the writer
 # DQ_SPARE_SLOT: a second dQ staging buffer for warpgroup 0, so that its chunk 1 need not wait for chunk 0's
 # reduce-add to read the first (ncu at 2k: that wait held warpgroup 0 in 8% of its samples); 8 KB more shared memory
 # (185 KB), no more traffic. Measured -1.6% to +0.2% backward time at 2k-16k over two runs (H200, 2026-11-27)
@@ -146,7 +154,9 @@ class BwdSmem:
     of (Q, dO, lse, Delta) stages, P and dS (SPLIT_D) or the dSᵀ halves of both warpgroups (fused dQ), the dQ
     blocks staged for their reduce-adds; and the barriers (kv_bar / kv_empty: K and V loaded / free; q_ready,
     do_ready, empty: a stage's Q, its dO with lse and Delta, its release; p_ready, ds_ready: both halves of P, dS
-    stored). A kernel without a buffer passes another in its place, unused."""
+    stored); with DQ_WRITER two sets of staged dQ blocks, each with its address (dq_at: batch, row, head) and its
+    barriers (dq_full: staged by both warpgroups; dq_empty: read by the reduce-adds). A kernel without a buffer
+    passes another in its place, unused."""
     k: gl.shared_memory_descriptor
     v: gl.shared_memory_descriptor
     q: gl.shared_memory_descriptor
@@ -163,10 +173,13 @@ class BwdSmem:
     empty: gl.shared_memory_descriptor
     p_ready: gl.shared_memory_descriptor
     ds_ready: gl.shared_memory_descriptor
+    dq_at: gl.shared_memory_descriptor
+    dq_full: gl.shared_memory_descriptor
+    dq_empty: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
     def __init__(self, k, v, q, do, p, ds, dq, lse, delta, kv_bar, kv_empty, q_ready, do_ready, empty, p_ready,
-                 ds_ready):
+                 ds_ready, dq_at, dq_full, dq_empty):
         self.k = k
         self.v = v
         self.q = q
@@ -183,6 +196,9 @@ class BwdSmem:
         self.empty = empty
         self.p_ready = p_ready
         self.ds_ready = ds_ready
+        self.dq_at = dq_at
+        self.dq_full = dq_full
+        self.dq_empty = dq_empty
 
 
 @aggregate
@@ -228,21 +244,29 @@ def _head_ranges(lists: BlockLists, off_b, off_h, start_n, m_lo, m_full_lo, m_fu
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, do_desc, sm: BwdSmem, Lse, Delta, stride_lse_b, stride_lse_h, grid: WorkGrid,
-              lists: BlockLists, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr):
+def _producer(q_desc, k_desc, v_desc, do_desc, dq_desc, sm: BwdSmem, Lse, Delta, stride_lse_b, stride_lse_h,
+              grid: WorkGrid, lists: BlockLists, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, WRITER: gl.constexpr):
+    """Loads each work item's K and V, then its steps' Q, dO, lse and Delta through the STAGES-deep ring; with
+    WRITER also the dQ writer: step it - STAGES's staged dQ, reduce-added once the step's loads are issued (so the
+    loads never wait on it), and the rest of an item's before the next item's K and V wait for the consumers."""
     KV_TILES: gl.constexpr = BLOCK_N // WG_M
     # MLA: Q and K as QK_CHUNKS 64-column tiles, a buffer each (_step_mla)
     QK_CHUNKS: gl.constexpr = sm.q.shape[0] // STAGES
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     it = 0  # Q/dO ring slot, counted across work items
     done = 0  # work items loaded, for the K/V barriers' phases
+    written = 0  # WRITER: steps whose dQ has been reduce-added
     first, last, step = grid.steps()
     for tile in range(first, last, step):
         off_b, off_hk, start_n, q_row0, n_rows, k_row0, n_keys, item_m_lo, _, _, item_m_hi = _work_item(
             tile, grid, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
+            if WRITER:  # the consumers stage every step of an item before they free K and V: no deadlock
+                for h in range(written, it):
+                    _dq_write(h, sm, dq_desc)
+                written = it
             # the consumers free K and V after their last matmul of the previous work item
             mbarrier.wait(sm.kv_empty, free_phase(done, 1))
             mbarrier.expect(sm.kv_bar, KV_TILES * (QK_CHUNKS * k_desc.block_type.nbytes + v_desc.block_type.nbytes))
@@ -279,8 +303,36 @@ def _producer(q_desc, k_desc, v_desc, do_desc, sm: BwdSmem, Lse, Delta, stride_l
                     sm.lse.index(stage).store(lse * LOG2E)
                     sm.delta.index(stage).store(delta)
                     mbarrier.arrive(sm.do_ready.index(stage), count=1)
+                    if WRITER:
+                        if it - written >= STAGES:  # step it - STAGES released this stage before its dQ
+                            _dq_write(written, sm, dq_desc)
+                            written += 1
                     it += 1
             done += 1
+    if WRITER:
+        for h in range(written, it):
+            _dq_write(h, sm, dq_desc)
+
+
+@gluon.jit
+def _dq_write(h, sm: BwdSmem, dq_desc):
+    """DQ_WRITER's reduce-adds of step h: its dQ chunks, staged by both warpgroups in set h % 2 with their address,
+    added into the fp32 dQ buffer; the set is free again once the reduce-adds have read it."""
+    s = h % 2
+    CH: gl.constexpr = MLA_QK_DIM // MLA_CHUNK
+    BLOCK_M: gl.constexpr = sm.dq.shape[1]
+    mbarrier.wait(sm.dq_full.index(s), ready_phase(h, 2))
+    at_layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])  # all four in each thread: no shuffles
+    at = sm.dq_at.index(s).load(at_layout)
+    idx = gl.arange(0, 4, layout=at_layout)
+    tma_b = gl.sum(gl.where(idx == 0, at, 0), axis=0)
+    row = gl.sum(gl.where(idx == 1, at, 0), axis=0)
+    head = gl.sum(gl.where(idx == 2, at, 0), axis=0)
+    for c in gl.static_range(CH):
+        tma_reduce_add(dq_desc, [tma_b, row, head, c * MLA_CHUNK],
+                       sm.dq.index(s * CH + c).reshape([1, BLOCK_M, 1, MLA_CHUNK]))
+    tma_store_wait(0)
+    mbarrier.arrive(sm.dq_empty.index(s), count=1)
 
 
 @gluon.jit
@@ -593,17 +645,65 @@ def _dq_chunk(buf, c, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores, 
 
 
 @gluon.jit
-def _dq_chunk_t(buf, c, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores, SLOT: gl.constexpr,
-                BLOCK_M: gl.constexpr, PENDING: gl.constexpr = 0):
-    """_dq_chunk for query tiles of fewer than 64 rows (wgmma's M): dQᵀ = Kᵀ dSᵀ, stored transposed in staging
-    buffer SLOT for the reduce-add. PENDING: reduce-adds that may stay in flight (the older ones, this buffer's
-    last among them, have read their buffers)."""
+def _dq_chunk_acc_t(buf, c, sm: BwdSmem, BLOCK_M: gl.constexpr):
+    """64-column chunk c of a query tile of fewer than 64 rows' dQ, transposed (dQᵀ = Kᵀ dSᵀ, wgmma's M) and
+    unscaled, over both warpgroups' key halves."""
+    return warpgroup_mma_wait(0, deps=[_dq_chunk_mma_t(buf, c, sm, BLOCK_M)])
+
+
+@gluon.jit
+def _dq_chunk_mma_t(buf, c, sm: BwdSmem, BLOCK_M: gl.constexpr):
+    """_dq_chunk_acc_t's matmuls, in flight (the token)."""
     CH: gl.constexpr = MLA_QK_DIM // MLA_CHUNK
     dqt = gl.zeros([MLA_CHUNK, BLOCK_M], gl.float32, wgmma_layout(BLOCK_M))
     for h in gl.static_range(2):
         dqt = warpgroup_mma(sm.k.index(h * CH + c).reshape([WG_M, MLA_CHUNK]).permute([1, 0]),
                             sm.ds.index(2 * buf + h), dqt, use_acc=h > 0, is_async=True)
-    dqt = warpgroup_mma_wait(0, deps=[dqt])
+    return dqt
+
+
+@gluon.jit
+def _dq_stage_t(it, buf, start_m, sm: BwdSmem, tma_b, dq_row0, off_h, sc: Scores, WG: gl.constexpr,
+                BLOCK_M: gl.constexpr, PAIR: gl.constexpr):
+    """DQ_WRITER's consumer half: this warpgroup's dQ chunks of step `it` (_step_mla_wide's split) staged in set
+    `buf`, with the tile's address from warpgroup 0; the producer reduce-adds them (_dq_write)."""
+    CH: gl.constexpr = MLA_QK_DIM // MLA_CHUNK
+    if PAIR and WG == 0:  # both chunks' matmuls in flight before either is stored
+        d0 = _dq_chunk_mma_t(buf, 0, sm, BLOCK_M)
+        d1 = _dq_chunk_mma_t(buf, 1, sm, BLOCK_M)
+        d0, d1 = warpgroup_mma_wait(0, deps=[d0, d1])
+        mbarrier.wait(sm.dq_empty.index(buf), free_phase(it, 2))
+        sm.dq.index(buf * CH).permute([1, 0]).store(d0 * sc.softmax_scale)
+        sm.dq.index(buf * CH + 1).permute([1, 0]).store(d1 * sc.softmax_scale)
+    else:
+        for c in gl.static_range(2 * WG, 2 + WG):
+            dqt = _dq_chunk_acc_t(buf, c, sm, BLOCK_M)
+            if c == 2 * WG:  # the reduce-adds of step it - 2 have read the set
+                mbarrier.wait(sm.dq_empty.index(buf), free_phase(it, 2))
+            sm.dq.index(buf * CH + c).permute([1, 0]).store(dqt * sc.softmax_scale)
+    if WG == 0:
+        at_layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+        idx = gl.arange(0, 4, layout=at_layout)
+        sm.dq_at.index(buf).store(gl.where(idx == 0, tma_b, gl.where(idx == 1, dq_row0 + start_m, off_h)))
+    fence_async_shared()  # the stores visible to the reduce-adds' async proxy, before the barrier says so
+    mbarrier.arrive(sm.dq_full.index(buf), count=1)
+
+
+@gluon.jit
+def _dq_chunk_t(buf, c, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, sc: Scores, SLOT: gl.constexpr,
+                BLOCK_M: gl.constexpr, PENDING: gl.constexpr = 0):
+    """_dq_chunk for query tiles of fewer than 64 rows (wgmma's M): dQᵀ = Kᵀ dSᵀ, stored transposed in staging
+    buffer SLOT for the reduce-add. PENDING: reduce-adds that may stay in flight (the older ones, this buffer's
+    last among them, have read their buffers)."""
+    _dq_store_t(_dq_chunk_acc_t(buf, c, sm, BLOCK_M), sm, dq_desc, tma_b, dq_row, dq_head, c, sc, SLOT, BLOCK_M,
+                PENDING)
+
+
+@gluon.jit
+def _dq_store_t(dqt, sm: BwdSmem, dq_desc, tma_b, dq_row, dq_head, c, sc: Scores, SLOT: gl.constexpr,
+                BLOCK_M: gl.constexpr, PENDING: gl.constexpr):
+    """Stage dQᵀ chunk c (scaled) in buffer SLOT once the reduce-adds beyond PENDING have read theirs, and
+    reduce-add it from there."""
     tma_store_wait(PENDING)
     sm.dq.index(SLOT).permute([1, 0]).store(dqt * sc.softmax_scale)
     fence_async_shared()
@@ -616,7 +716,7 @@ def _step_mla_wide(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b,
                    seqlen_k, window_left, window_right, alibi_slope, lists: BlockLists, visit, mod: ScoreMod,
                    WG: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
                    HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
-                   MASKED: gl.constexpr, FUSED_DQ: gl.constexpr):
+                   MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, PAIR_DQ: gl.constexpr = False):
     """_step at MLA's 192/128 with 128-key items (MLA without SPLIT_D; FREE_REGS for its registers): this
     warpgroup's 64 keys, Sᵀ over Q's and K's three 64-column buffers, dK as three [64, 64] accumulators (dk, a
     tuple), dV at 128 columns; dQ in 64-column chunks, warpgroup 0 chunks 0 and 1 and warpgroup 1 chunk 2.
@@ -667,12 +767,23 @@ def _step_mla_wide(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b,
         # warpgroup 0 chunks 0 and 1, warpgroup 1 chunk 2 (a branch on the step's parity spilled the accumulators;
         # chunk 2 split by keys, a reduce-add from each warpgroup, ran 8-12% slower)
         SPARE: gl.constexpr = sm.dq.shape[0] == 3  # DQ_SPARE_SLOT: chunk 1 in slot 2, not waiting for chunk 0's
-        for c in gl.static_range(2 * WG, 2 + WG):
-            if BLOCK_M < 64:
-                _dq_chunk_t(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc,
-                            2 if SPARE and c != 2 * WG else WG, BLOCK_M, 1 - WG if SPARE else 0)
-            else:
-                _dq_chunk(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, WG, BLOCK_M)
+        WRITER: gl.constexpr = sm.dq.shape[0] == 2 * CH  # DQ_WRITER: two sets of all chunks
+        if WRITER:  # the producer reduce-adds them
+            _dq_stage_t(it, buf, start_m, sm, tma_b, dq_row0, off_h, sc, WG, BLOCK_M, PAIR_DQ)
+        elif PAIR_DQ and WG == 0 and SPARE and BLOCK_M < 64:
+            # both chunks' matmuls in flight before either is stored (each waits only for its slot's last reduce-add)
+            d0 = _dq_chunk_mma_t(buf, 0, sm, BLOCK_M)
+            d1 = _dq_chunk_mma_t(buf, 1, sm, BLOCK_M)
+            d0, d1 = warpgroup_mma_wait(0, deps=[d0, d1])
+            _dq_store_t(d0, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, 0, sc, 0, BLOCK_M, 1)
+            _dq_store_t(d1, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, 1, sc, 2, BLOCK_M, 1)
+        else:
+            for c in gl.static_range(2 * WG, 2 + WG):
+                if BLOCK_M < 64:
+                    _dq_chunk_t(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc,
+                                2 if SPARE and c != 2 * WG else WG, BLOCK_M, 1 - WG if SPARE else 0)
+                else:
+                    _dq_chunk(buf, c, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, sc, WG, BLOCK_M)
     return (dk0, dk1, dk2), dv
 
 
@@ -682,11 +793,11 @@ def _tile(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b, dq_row0,
           BLOCK_M: gl.constexpr, BLOCK_D: gl.constexpr,
           STAGES: gl.constexpr, HAS_LEFT: gl.constexpr, HAS_RIGHT: gl.constexpr, HAS_SOFTCAP: gl.constexpr,
           HAS_ALIBI: gl.constexpr, MASKED: gl.constexpr, FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr,
-          DQ_ROWS: gl.constexpr, MLA: gl.constexpr = False):
+          DQ_ROWS: gl.constexpr, MLA: gl.constexpr = False, PAIR_DQ: gl.constexpr = False):
     if MLA and not SPLIT_D:
         dk, dv = _step_mla_wide(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q,
                                 seqlen_k, window_left, window_right, alibi_slope, lists, visit, mod, WG, BLOCK_M,
-                                STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ)
+                                STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, MASKED, FUSED_DQ, PAIR_DQ)
     elif MLA:
         dk, dv = _step_mla(it, start_m, dk, dv, sm, sc, dq_desc, tma_b, dq_row0, off_h, offs_n, seqlen_q, seqlen_k,
                            window_left, window_right, alibi_slope, lists, visit, mod, WG, BLOCK_M, STAGES, HAS_LEFT,
@@ -711,7 +822,7 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
               BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr, HAS_LEFT: gl.constexpr,
               HAS_RIGHT: gl.constexpr, IS_VARLEN: gl.constexpr, HAS_SOFTCAP: gl.constexpr, HAS_ALIBI: gl.constexpr,
               FUSED_DQ: gl.constexpr, SPLIT_D: gl.constexpr, DQ_ROWS: gl.constexpr, COALESCED_DKV: gl.constexpr,
-              MLA: gl.constexpr = False):
+              MLA: gl.constexpr = False, PAIR_DQ: gl.constexpr = False):
     # this warpgroup's block of dK and dV: 64 keys of the program's 128 with the whole head dim, or (SPLIT_D)
     # the program's 64 keys with half the head dim's columns, or (MLA) mla_split's chunks: `dv` holds dK's chunk
     # "b" where B_IS_DK
@@ -785,7 +896,7 @@ def _consumer(WG: gl.constexpr, sm: BwdSmem, sc: Scores, grid: WorkGrid, lists: 
                                        n_keys, grid.window_left, grid.window_right, alibi_slope, lists, bounds[4],
                                        mod.at(off_b, off_h), WG, BLOCK_M, BLOCK_D,
                                        STAGES, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, r != 1, FUSED_DQ, SPLIT_D,
-                                       DQ_ROWS, MLA)
+                                       DQ_ROWS, MLA, PAIR_DQ)
                         it += 1
             # every matmul of this warpgroup that read K or V has retired (each step waits for its own): the
             # producer may load the next work item's while this one's dK and dV go out
@@ -850,6 +961,7 @@ def attention_bwd_sm90_kernel(
     stride_idx=None, SPARSE_Q: gl.constexpr = 128, SPARSE_KV: gl.constexpr = 128,
     MOD_FN: gl.constexpr = None, MOD_GRAD: gl.constexpr = None, captures=None, MLA: gl.constexpr = False,
     FREE_REGS: gl.constexpr = False, Schedule=None, DQ_SPARE_SLOT: gl.constexpr = False,
+    DQ_WRITER: gl.constexpr = False, DQ_PAIR: gl.constexpr = False,
 ):
     """dK and dV of key tiles of one kv head, summed over its query heads (GQA): the contract of
     portable.backward.attention_bwd_dkdv_kernel without dropout; with FUSED_DQ also each tile's part of dQ, added
@@ -867,7 +979,7 @@ def attention_bwd_sm90_kernel(
     captures: its tensors; qk_scale then log2(e)) applies as in the forward, with dS times its derivative.
     MLA (with SPLIT_D): query/key head dim 192, value head dim 128 (_step_mla); q/k_desc and dq_desc hand out
     64-column tiles, v/do_desc 128-column ones. MLA without SPLIT_D (CONFIGS_MLA, the default): 128-key items
-    (_step_mla_wide)."""
+    (_step_mla_wide); DQ_WRITER (with it): the producer warpgroup issues the dQ reduce-adds (_dq_write)."""
     stride_dkb, stride_dkn, stride_dkh = stride_dk
     stride_dvb, stride_dvn, stride_dvh = stride_dv
     stride_lse_b, stride_lse_h = stride_lse
@@ -885,6 +997,7 @@ def attention_bwd_sm90_kernel(
 
     # MLA: Q and K in QK_CHUNKS buffers of 64 columns (Gluon's shapes are powers of two), V and dO at 128
     QK_CHUNKS: gl.constexpr = MLA_QK_DIM // MLA_CHUNK if MLA else 1
+    WRITER: gl.constexpr = DQ_WRITER and MLA and FUSED_DQ and not SPLIT_D
     V_W: gl.constexpr = v_desc.block_type.shape[3]
     k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M * QK_CHUNKS, 1, WG_M, 1, BLOCK_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N // WG_M, 1, WG_M, 1, V_W], v_desc.layout)
@@ -908,8 +1021,10 @@ def attention_bwd_sm90_kernel(
         # or (MLA) a buffer per 64-column chunk
         DQ_M: gl.constexpr = BLOCK_M // 2 if DQ_ROWS else BLOCK_M
         DQ_N: gl.constexpr = MLA_CHUNK if MLA else (BLOCK_D if DQ_ROWS else BLOCK_D // 2)
-        # (DQ_SPARE_SLOT: a third, _step_mla_wide reads it from their count)
-        DQ_BUFS: gl.constexpr = QK_CHUNKS if MLA and SPLIT_D else (3 if DQ_SPARE_SLOT else 2)
+        # (DQ_SPARE_SLOT: a third, DQ_WRITER: two sets of the three chunks; _step_mla_wide reads which from their
+        # count)
+        DQ_BUFS: gl.constexpr = QK_CHUNKS if MLA and SPLIT_D else (2 * QK_CHUNKS if WRITER else
+                                                                   (3 if DQ_SPARE_SLOT else 2))
         dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_BUFS, DQ_M, DQ_N],
                                             gl.NVMMASharedLayout.get_default_for([DQ_M, DQ_N], gl.float32))
     else:
@@ -924,6 +1039,17 @@ def attention_bwd_sm90_kernel(
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     p_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    if WRITER:
+        dq_at = gl.allocate_shared_memory(gl.int32, [2, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        dq_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        dq_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(dq_full.index(i), count=2)
+            mbarrier.init(dq_empty.index(i), count=1)
+    else:
+        dq_at = ds_ready
+        dq_full = ds_ready
+        dq_empty = ds_ready
     mbarrier.init(kv_bar, count=1)
     mbarrier.init(kv_empty, count=2)
     for i in gl.static_range(STAGES):
@@ -936,18 +1062,20 @@ def attention_bwd_sm90_kernel(
     fence_async_shared()  # the inits visible to the async proxy (TMA's complete-tx), as CUDA's TMA guide fences
 
     sm = BwdSmem(k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_smem, lse_smem, delta_smem, kv_bar, kv_empty,
-                 q_ready, do_ready, empty, p_ready, ds_ready)
+                 q_ready, do_ready, empty, p_ready, ds_ready, dq_at, dq_full, dq_empty)
     sc = Scores(qk_scale, softmax_scale, softcap_in2, softcap_out)
     mod = ScoreMod(MOD_FN, MOD_GRAD, captures, softmax_scale)
     gl.warp_specialize([
-        (_producer, (q_desc, k_desc, v_desc, do_desc, sm, Lse, Delta, stride_lse_b, stride_lse_h, grid, lists, BLOCK_M,
-                     BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN)),
+        (_producer, (q_desc, k_desc, v_desc, do_desc, dq_desc, sm, Lse, Delta, stride_lse_b, stride_lse_h, grid, lists,
+                     BLOCK_M, BLOCK_N, STAGES, HAS_LEFT, HAS_RIGHT, IS_VARLEN, WRITER)),
         (_consumer, (0, sm, sc, grid, lists, mod, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh,
                      stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
-                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV, MLA)),
+                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV, MLA,
+                     DQ_PAIR)),
         (_consumer, (1, sm, sc, grid, lists, mod, dq_desc, dK, dV, AlibiSlopes, stride_dkb, stride_dkn, stride_dkh,
                      stride_dvb, stride_dvn, stride_dvh, stride_alibi_b, BLOCK_M, BLOCK_N, BLOCK_D, STAGES, HAS_LEFT,
-                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV, MLA)),
+                     HAS_RIGHT, IS_VARLEN, HAS_SOFTCAP, HAS_ALIBI, FUSED_DQ, SPLIT_D, DQ_ROWS, COALESCED_DKV, MLA,
+                     DQ_PAIR)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
     mbarrier.invalidate(kv_bar)
@@ -959,6 +1087,9 @@ def attention_bwd_sm90_kernel(
     for i in gl.static_range(2):
         mbarrier.invalidate(ds_ready.index(i))
         mbarrier.invalidate(p_ready.index(i))
+        if WRITER:
+            mbarrier.invalidate(dq_full.index(i))
+            mbarrier.invalidate(dq_empty.index(i))
 
 
 def dq_block(tuning: dict, head_dim: int) -> list[int]:
@@ -1112,8 +1243,9 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype = torch.bfloat16, score_m
     fused = flags.get("FUSED_DQ", True)
     mla = head_dim_v not in (None, head_dim)
     config = CONFIGS_MLA[(head_dim, head_dim_v)] if mla else (CONFIGS if fused else CONFIGS_DKDV)[head_dim]
-    constants = dict(dict(FREE_REGS=False, DQ_SPARE_SLOT=False), **config, HAS_LEFT=False, HAS_RIGHT=False, MLA=mla,
-                     IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False, SPARSE_Q=128, SPARSE_KV=128)
+    constants = dict(dict(FREE_REGS=False, DQ_SPARE_SLOT=False, DQ_WRITER=False, DQ_PAIR=False), **config,
+                     HAS_LEFT=False, HAS_RIGHT=False, MLA=mla, IS_VARLEN=False, HAS_SOFTCAP=False, HAS_ALIBI=False,
+                     SPARSE_Q=128, SPARSE_KV=128)
     block_sparse = flags.pop("BLOCK_SPARSE", False)
     scheduled = flags.pop("SCHEDULED", False)
     if not block_sparse:
