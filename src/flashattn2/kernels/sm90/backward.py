@@ -263,7 +263,7 @@ def _producer(q_desc, k_desc, v_desc, do_desc, dq_desc, sm: BwdSmem, Lse, Delta,
             tile, grid, BLOCK_M, BLOCK_N, HAS_LEFT, HAS_RIGHT, IS_VARLEN)
         if start_n < n_keys:  # else a packed sequence shorter than the longest one
             tma_b = tma_batch(off_b, IS_VARLEN)
-            if WRITER:  # the consumers stage every step of an item before they free K and V: no deadlock
+            if WRITER:  # the item's last steps first: the consumers free K and V only after staging them
                 for h in range(written, it):
                     _dq_write(h, sm, dq_desc)
                 written = it
