@@ -88,6 +88,8 @@ CONSUMER_REGS = gl.constexpr(240)
 # -> 16, with a softcap score_mod 272 -> 148. The kernel ignores the argument; it keys Triton's cache. Measured at
 # d64/d128 (1k-16k, H100): -4% to +3% at most lengths, -10% at 16k in the dK/dV kernel, so off there.
 MLA_QK_DIM, MLA_CHUNK = gl.constexpr(192), gl.constexpr(64)
+# DQ_WRITER's staged tile address (batch, row, head, unused): all four in each thread, so no shuffles to read one
+DQ_AT_LAYOUT = gl.constexpr(gl.BlockedLayout([4], [32], [4], [0]))
 # a value head dim unlike the query's (MLA's 192/128): 128-key items (_step_mla_wide). Each warpgroup holds dK's
 # three 64-column chunks and dV for its 64 keys (160 registers of accumulators), so the query tiles are 32 rows (dQ
 # as dQᵀ = Kᵀ dSᵀ) and the consumers take their setmaxnreg's 240 registers (FREE_REGS). sm_90 (triton 3.6): 185 KB
@@ -322,9 +324,8 @@ def _dq_write(h, sm: BwdSmem, dq_desc):
     CH: gl.constexpr = MLA_QK_DIM // MLA_CHUNK
     BLOCK_M: gl.constexpr = sm.dq.shape[1]
     mbarrier.wait(sm.dq_full.index(s), ready_phase(h, 2))
-    at_layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])  # all four in each thread: no shuffles
-    at = sm.dq_at.index(s).load(at_layout)
-    idx = gl.arange(0, 4, layout=at_layout)
+    at = sm.dq_at.index(s).load(DQ_AT_LAYOUT)
+    idx = gl.arange(0, 4, layout=DQ_AT_LAYOUT)
     tma_b = gl.sum(gl.where(idx == 0, at, 0), axis=0)
     row = gl.sum(gl.where(idx == 1, at, 0), axis=0)
     head = gl.sum(gl.where(idx == 2, at, 0), axis=0)
@@ -663,15 +664,21 @@ def _dq_chunk_mma_t(buf, c, sm: BwdSmem, BLOCK_M: gl.constexpr):
 
 
 @gluon.jit
+def _dq_pair_t(buf, sm: BwdSmem, BLOCK_M: gl.constexpr):
+    """DQ_PAIR: warpgroup 0's chunks 0 and 1 (_dq_chunk_acc_t), both chunks' matmuls in flight before one wait."""
+    d0 = _dq_chunk_mma_t(buf, 0, sm, BLOCK_M)
+    d1 = _dq_chunk_mma_t(buf, 1, sm, BLOCK_M)
+    return warpgroup_mma_wait(0, deps=[d0, d1])
+
+
+@gluon.jit
 def _dq_stage_t(it, buf, start_m, sm: BwdSmem, tma_b, dq_row0, off_h, sc: Scores, WG: gl.constexpr,
                 BLOCK_M: gl.constexpr, PAIR: gl.constexpr):
     """DQ_WRITER's consumer half: this warpgroup's dQ chunks of step `it` (_step_mla_wide's split) staged in set
     `buf`, with the tile's address from warpgroup 0; the producer reduce-adds them (_dq_write)."""
     CH: gl.constexpr = MLA_QK_DIM // MLA_CHUNK
-    if PAIR and WG == 0:  # both chunks' matmuls in flight before either is stored
-        d0 = _dq_chunk_mma_t(buf, 0, sm, BLOCK_M)
-        d1 = _dq_chunk_mma_t(buf, 1, sm, BLOCK_M)
-        d0, d1 = warpgroup_mma_wait(0, deps=[d0, d1])
+    if PAIR and WG == 0:
+        d0, d1 = _dq_pair_t(buf, sm, BLOCK_M)
         mbarrier.wait(sm.dq_empty.index(buf), free_phase(it, 2))
         sm.dq.index(buf * CH).permute([1, 0]).store(d0 * sc.softmax_scale)
         sm.dq.index(buf * CH + 1).permute([1, 0]).store(d1 * sc.softmax_scale)
@@ -682,8 +689,7 @@ def _dq_stage_t(it, buf, start_m, sm: BwdSmem, tma_b, dq_row0, off_h, sc: Scores
                 mbarrier.wait(sm.dq_empty.index(buf), free_phase(it, 2))
             sm.dq.index(buf * CH + c).permute([1, 0]).store(dqt * sc.softmax_scale)
     if WG == 0:
-        at_layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
-        idx = gl.arange(0, 4, layout=at_layout)
+        idx = gl.arange(0, 4, layout=DQ_AT_LAYOUT)
         sm.dq_at.index(buf).store(gl.where(idx == 0, tma_b, gl.where(idx == 1, dq_row0 + start_m, off_h)))
     fence_async_shared()  # the stores visible to the reduce-adds' async proxy, before the barrier says so
     mbarrier.arrive(sm.dq_full.index(buf), count=1)
@@ -771,10 +777,7 @@ def _step_mla_wide(it, start_m, dk, dv, sm: BwdSmem, sc: Scores, dq_desc, tma_b,
         if WRITER:  # the producer reduce-adds them
             _dq_stage_t(it, buf, start_m, sm, tma_b, dq_row0, off_h, sc, WG, BLOCK_M, PAIR_DQ)
         elif PAIR_DQ and WG == 0 and SPARE and BLOCK_M < 64:
-            # both chunks' matmuls in flight before either is stored (each waits only for its slot's last reduce-add)
-            d0 = _dq_chunk_mma_t(buf, 0, sm, BLOCK_M)
-            d1 = _dq_chunk_mma_t(buf, 1, sm, BLOCK_M)
-            d0, d1 = warpgroup_mma_wait(0, deps=[d0, d1])
+            d0, d1 = _dq_pair_t(buf, sm, BLOCK_M)  # each chunk waits only for its own slot's last reduce-add
             _dq_store_t(d0, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, 0, sc, 0, BLOCK_M, 1)
             _dq_store_t(d1, sm, dq_desc, tma_b, dq_row0 + start_m, off_h, 1, sc, 2, BLOCK_M, 1)
         else:
